@@ -1,0 +1,1 @@
+"""The driver: entry point, config, trainer loop, algorithms, metrics."""

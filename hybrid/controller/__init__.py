@@ -1,0 +1,1 @@
+"""Worker groups: Ray actors per device slot, or one rank in-process."""

@@ -1,0 +1,1 @@
+"""Turning responses into scores: scorers, reward managers, custom reward loading."""

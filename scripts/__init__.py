@@ -1,0 +1,1 @@
+"""Tools: model merger, metric plots, benchmarks."""

@@ -1,0 +1,1 @@
+"""What runs on each device: FSDP workers, rollout engines, sharding, checkpoints."""

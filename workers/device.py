@@ -1,0 +1,76 @@
+"""The one place that decides which device and collective backend this process uses.
+
+Everything else asks here; no other module names `cuda`, `cpu`, `nccl` or `gloo`.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+
+
+@functools.lru_cache(maxsize=None)
+def is_cuda_available() -> bool:
+    if os.environ.get("HYBRID_DEVICE") == "cpu":
+        return False
+    return torch.cuda.is_available()
+
+
+def get_device_name() -> str:
+    """`cuda` when a GPU is visible (and not disabled with HYBRID_DEVICE=cpu), else `cpu`."""
+    return "cuda" if is_cuda_available() else "cpu"
+
+
+def get_dist_backend() -> str:
+    return "nccl" if is_cuda_available() else "gloo"
+
+
+def get_torch_device():
+    """The torch device module (`torch.cuda`) or None on CPU."""
+    return torch.cuda if is_cuda_available() else None
+
+
+def current_device() -> torch.device:
+    if is_cuda_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def set_device_for_local_rank(local_rank: int) -> None:
+    if is_cuda_available():
+        torch.cuda.set_device(local_rank % torch.cuda.device_count())
+
+
+def device_count() -> int:
+    return torch.cuda.device_count() if is_cuda_available() else 0
+
+
+def supports_bf16() -> bool:
+    """bf16 matmuls are fast here: any CUDA GPU with bf16, or a CPU with AVX-512 bf16 / AMX."""
+    if is_cuda_available():
+        return torch.cuda.is_bf16_supported()
+    try:
+        flags = open("/proc/cpuinfo").read()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def empty_cache() -> None:
+    if is_cuda_available():
+        torch.cuda.empty_cache()
+
+
+def synchronize() -> None:
+    if is_cuda_available():
+        torch.cuda.synchronize()
+
+
+def require_cuda(feature: str) -> None:
+    """GPU-only switches call this so a CPU run fails with a message naming the switch."""
+    if not is_cuda_available():
+        raise RuntimeError(
+            f"{feature} needs a CUDA GPU and none is visible; set it to false on this machine"
+        )

@@ -1,0 +1,1 @@
+"""Rollout engines: in-process vLLM and Hugging Face generate."""
