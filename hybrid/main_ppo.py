@@ -1,0 +1,86 @@
+"""The user entry point: `python -m hybrid.main_ppo key=value ...`.
+
+Before Hydra runs, override keys on the command line are checked against the default
+configuration (a typo names the nearest real key) and free-form keys are rewritten so Hydra
+accepts them. Hydra then composes `config/ppo_trainer.yaml` (`--cfg job` prints it without
+resolving anything); `main` validates the result and hands it to `run_ppo`. Configuration
+errors end the process with status 2 and the message, without a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import NoReturn
+
+import hydra
+from omegaconf import DictConfig
+
+from hybrid.config import (
+    CONFIG_NAME,
+    ConfigError,
+    check_override_keys,
+    default_config,
+    normalize_overrides,
+    validate_config,
+)
+from hybrid.defaults import register_resolvers
+
+CONFIG_ERROR_STATUS = 2
+
+
+def _exit_config_error(err: ConfigError) -> NoReturn:
+    print(f"hybrid: configuration error:\n{err}", file=sys.stderr)
+    raise SystemExit(CONFIG_ERROR_STATUS)
+
+
+def run_ppo(config: DictConfig) -> None:
+    """Build data, reward, worker groups and train; implemented in hybrid/trainer.py."""
+    from hybrid.trainer import run_ppo as _run
+
+    _run(config)
+
+
+@hydra.main(config_path="config", config_name="ppo_trainer", version_base=None)
+def main(config: DictConfig) -> None:
+    try:
+        validate_config(config)
+    except ConfigError as err:
+        _exit_config_error(err)
+    run_ppo(config)
+
+
+def prepare_command_line(argv: list[str]) -> list[str]:
+    """Check the overrides in `argv` (without the program name) and return `argv` with
+    them normalized for Hydra; raises ConfigError for unknown keys."""
+    # Hydra's own parser (hydra.main uses the same one) tells overrides from its flags.
+    from hydra._internal.utils import get_args_parser
+
+    args = get_args_parser().parse_args(argv)
+    if args.config_path or args.config_dir:
+        # Another config tree: its keys are not ours to check; Hydra still rejects unknown keys.
+        return list(argv)
+    defaults = default_config(args.config_name or CONFIG_NAME)
+    check_override_keys(args.overrides, defaults)
+    normalized = normalize_overrides(args.overrides, defaults)
+    # Replace each override in place; overrides are positional, so they appear in argv in
+    # the order argparse returned them.
+    result = list(argv)
+    start = 0
+    for old, new in zip(args.overrides, normalized, strict=True):
+        index = result.index(old, start)
+        result[index] = new
+        start = index + 1
+    return result
+
+
+def cli() -> None:
+    register_resolvers()
+    try:
+        sys.argv[1:] = prepare_command_line(sys.argv[1:])
+    except ConfigError as err:
+        _exit_config_error(err)
+    main()
+
+
+if __name__ == "__main__":
+    cli()
