@@ -1,0 +1,424 @@
+"""Driver-side PPO-family algorithm math: advantage estimators, KL controllers, and the KL
+penalty folded into rewards. Re-exports the device-side losses from ``workers.losses`` so
+``from hybrid.core_algos import agg_loss, kl_penalty, get_policy_loss_fn`` works as in verl.
+
+Advantage estimators live in a registry (``register_adv_est`` / ``get_adv_estimator_fn``).
+All of them take ``(B, T)`` tensors and return ``(advantages, returns)`` shaped ``(B, T)``,
+zero where ``response_mask`` is 0, and every one accepts the same keyword superset and
+ignores what it does not use, so the trainer can call any of them as::
+
+    fn(token_level_rewards=..., response_mask=..., index=uids, values=..., reward_baselines=...,
+       gamma=..., lam=..., norm_adv_by_std_in_grpo=..., config=algorithm_config)
+
+What each one reads:
+    gae                           values, gamma, lam (falling back to config.gamma / config.lam)
+    grpo                          index, epsilon, norm_adv_by_std_in_grpo
+    rloo, opo                     index
+    reinforce_plus_plus           gamma (falling back to config.gamma)
+    reinforce_plus_plus_baseline  index
+    remax                         reward_baselines (B,): the reward of the greedy response
+    gpg                           index, f_norm
+
+``index`` is a numpy array of group ids (the prompt uid of each response). Outcome
+estimators use the sequence score ``token_level_rewards.sum(-1)``.
+
+Differences from verl: GAE and REINFORCE++ zero their outputs on masked positions (verl
+leaves whitened garbage there that the masked losses ignore); ``get_kl_controller`` raises
+``ValueError`` naming the valid types; GAE and REINFORCE++ accept ``gamma``/``lam`` as
+keywords and fall back to ``config``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from enum import Enum
+from typing import Any
+
+import numpy as np
+import torch
+
+from workers.losses import (
+    AGG_LOSS_MODES,
+    KL_PENALTY_KINDS,
+    POLICY_LOSS_REGISTRY,
+    actor_cfg,
+    agg_loss,
+    apply_truncated_is,
+    compute_entropy_loss,
+    compute_policy_loss_cispo,
+    compute_policy_loss_clip_cov,
+    compute_policy_loss_gpg,
+    compute_policy_loss_gspo,
+    compute_policy_loss_kl_cov,
+    compute_policy_loss_sapo,
+    compute_policy_loss_vanilla,
+    compute_value_loss,
+    entropy_from_logits,
+    get_policy_loss_fn,
+    kl_penalty,
+    logprobs_from_logits,
+    masked_mean,
+    masked_sum,
+    masked_var,
+    masked_whiten,
+    register_policy_loss,
+)
+from workers.losses import __all__ as _losses_all
+
+__all__ = list(_losses_all) + [
+    "AdvantageEstimator",
+    "ADV_ESTIMATOR_REGISTRY",
+    "register_adv_est",
+    "get_adv_estimator_fn",
+    "compute_gae_advantage_return",
+    "compute_grpo_outcome_advantage",
+    "compute_rloo_outcome_advantage",
+    "compute_reinforce_plus_plus_outcome_advantage",
+    "compute_reinforce_plus_plus_baseline_outcome_advantage",
+    "compute_remax_outcome_advantage",
+    "compute_opo_outcome_advantage",
+    "compute_gpg_outcome_advantage",
+    "FixedKLController",
+    "AdaptiveKLController",
+    "get_kl_controller",
+    "kl_in_reward",
+]
+
+# ----------------------------------------------------------------------------- registry
+
+
+class AdvantageEstimator(str, Enum):
+    """The built-in estimators' names (``algorithm.adv_estimator``)."""
+
+    GAE = "gae"
+    GRPO = "grpo"
+    RLOO = "rloo"
+    REINFORCE_PLUS_PLUS = "reinforce_plus_plus"
+    REINFORCE_PLUS_PLUS_BASELINE = "reinforce_plus_plus_baseline"
+    REMAX = "remax"
+    OPO = "opo"
+    GPG = "gpg"
+
+
+ADV_ESTIMATOR_REGISTRY: dict[str, Callable[..., tuple[torch.Tensor, torch.Tensor]]] = {}
+
+
+def _est_name(name_or_enum: str | AdvantageEstimator) -> str:
+    return name_or_enum.value if isinstance(name_or_enum, Enum) else str(name_or_enum)
+
+
+def register_adv_est(name_or_enum: str | AdvantageEstimator) -> Callable:
+    """Decorator registering an advantage estimator; registering another function under a
+    taken name raises (two estimators silently sharing a name is always a bug)."""
+
+    def decorator(fn):
+        name = _est_name(name_or_enum)
+        if name in ADV_ESTIMATOR_REGISTRY and ADV_ESTIMATOR_REGISTRY[name] is not fn:
+            raise ValueError(f"Advantage estimator {name!r} is already registered: {ADV_ESTIMATOR_REGISTRY[name]}")
+        ADV_ESTIMATOR_REGISTRY[name] = fn
+        return fn
+
+    return decorator
+
+
+def get_adv_estimator_fn(name_or_enum: str | AdvantageEstimator) -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    """The registered advantage estimator called ``name_or_enum``."""
+    name = _est_name(name_or_enum)
+    if name not in ADV_ESTIMATOR_REGISTRY:
+        raise ValueError(f"Unknown advantage estimator: {name!r}. Registered: {sorted(ADV_ESTIMATOR_REGISTRY)}")
+    return ADV_ESTIMATOR_REGISTRY[name]
+
+
+def _cfg(config: Any, key: str) -> Any:
+    if config is None:
+        return None
+    return config.get(key) if hasattr(config, "get") else getattr(config, key, None)
+
+
+def _required(value: Any, config: Any, key: str, estimator: str) -> float:
+    if value is None:
+        value = _cfg(config, key)
+    if value is None:
+        raise ValueError(f"{estimator} needs {key}: pass {key}= or a config with algorithm.{key}")
+    return float(value)
+
+
+def _groups(index: np.ndarray, bsz: int) -> dict[Any, list[int]]:
+    """Row numbers of each group id, in first-seen order."""
+    if index is None:
+        raise ValueError("this advantage estimator groups responses by prompt: pass index= (the uid of each row)")
+    if len(index) != bsz:
+        raise ValueError(f"index has {len(index)} entries but the batch has {bsz} rows")
+    groups: dict[Any, list[int]] = defaultdict(list)
+    for i in range(bsz):
+        groups[index[i]].append(i)
+    return groups
+
+
+# ----------------------------------------------------------------------------- estimators
+
+
+@register_adv_est(AdvantageEstimator.GAE)
+def compute_gae_advantage_return(
+    token_level_rewards: torch.Tensor,
+    values: torch.Tensor,
+    response_mask: torch.Tensor,
+    gamma: float | None = None,
+    lam: float | None = None,
+    config: Any = None,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GAE (https://arxiv.org/abs/1506.02438), computed backwards over the response.
+
+    ``delta_t = r_t + gamma V_{t+1} - V_t``, ``A_t = delta_t + gamma lam A_{t+1}``, where masked
+    positions are skipped (the next value and the running advantage carry across them).
+    ``returns = A + V`` (before whitening); advantages are then whitened over the mask.
+    """
+    gamma = _required(gamma, config, "gamma", "gae")
+    lam = _required(lam, config, "lam", "gae")
+    mask = response_mask.to(values.dtype)
+    with torch.no_grad():
+        nextvalues = torch.zeros_like(values[:, 0])
+        lastgaelam = torch.zeros_like(values[:, 0])
+        reversed_adv = []
+        for t in reversed(range(token_level_rewards.shape[-1])):
+            delta = token_level_rewards[:, t] + gamma * nextvalues - values[:, t]
+            new_gaelam = delta + gamma * lam * lastgaelam
+            nextvalues = values[:, t] * mask[:, t] + (1 - mask[:, t]) * nextvalues
+            lastgaelam = new_gaelam * mask[:, t] + (1 - mask[:, t]) * lastgaelam
+            reversed_adv.append(lastgaelam)
+        advantages = torch.stack(reversed_adv[::-1], dim=1)
+        returns = (advantages + values) * mask
+        advantages = masked_whiten(advantages, mask) * mask
+    return advantages, returns
+
+
+@register_adv_est(AdvantageEstimator.GRPO)
+def compute_grpo_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: np.ndarray,
+    epsilon: float = 1e-6,
+    norm_adv_by_std_in_grpo: bool = True,
+    config: Any = None,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GRPO: ``(score - group mean) / (group std + epsilon)`` (unbiased std), or only the
+    mean subtracted when ``norm_adv_by_std_in_grpo`` is False (Dr. GRPO). A group of one
+    gets mean 0 and std 1, as verl. Broadcast over the response tokens."""
+    scores = token_level_rewards.sum(dim=-1)
+    out = torch.empty_like(scores)
+    with torch.no_grad():
+        for rows in _groups(index, scores.shape[0]).values():
+            group = scores[rows]
+            mean, std = (group.mean(), group.std()) if len(rows) > 1 else (0.0, 1.0)
+            out[rows] = (group - mean) / (std + epsilon) if norm_adv_by_std_in_grpo else group - mean
+        adv = out.unsqueeze(-1) * response_mask
+    return adv, adv
+
+
+@register_adv_est(AdvantageEstimator.RLOO)
+def compute_rloo_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: np.ndarray,
+    epsilon: float = 1e-6,
+    config: Any = None,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """RLOO (https://arxiv.org/abs/2402.14740): score minus the mean of the *other* responses
+    of the group, ``n/(n-1) (score - group mean)``. A group of one keeps its raw score, as verl."""
+    scores = token_level_rewards.sum(dim=-1)
+    out = scores.clone()
+    with torch.no_grad():
+        for rows in _groups(index, scores.shape[0]).values():
+            n = len(rows)
+            if n > 1:
+                group = scores[rows]
+                out[rows] = (group - group.mean()) * n / (n - 1)
+        adv = out.unsqueeze(-1) * response_mask
+    return adv, adv
+
+
+@register_adv_est(AdvantageEstimator.REINFORCE_PLUS_PLUS)
+def compute_reinforce_plus_plus_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    config: Any = None,
+    gamma: float | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """REINFORCE++ (https://arxiv.org/abs/2501.03262): discounted returns-to-go
+    ``G_t = r_t + gamma G_{t+1}`` (reset on masked tokens), advantages = G whitened over the
+    whole batch's mask. ``gamma`` falls back to ``config.gamma``."""
+    gamma = _required(gamma, config, "gamma", "reinforce_plus_plus")
+    mask = response_mask.to(token_level_rewards.dtype)
+    with torch.no_grad():
+        returns = torch.zeros_like(token_level_rewards)
+        running = torch.zeros_like(token_level_rewards[:, 0])
+        for t in reversed(range(token_level_rewards.shape[1])):
+            running = token_level_rewards[:, t] + gamma * running
+            returns[:, t] = running
+            running = running * mask[:, t]
+        returns = returns * mask
+        advantages = masked_whiten(returns, mask) * mask
+    return advantages, returns
+
+
+@register_adv_est(AdvantageEstimator.REINFORCE_PLUS_PLUS_BASELINE)
+def compute_reinforce_plus_plus_baseline_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: np.ndarray,
+    epsilon: float = 1e-6,
+    config: Any = None,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """REINFORCE++-baseline: score minus the group mean (0 for a group of one), broadcast over
+    the response, then whitened over the whole batch's mask."""
+    scores = token_level_rewards.sum(dim=-1)
+    out = scores.clone()
+    with torch.no_grad():
+        for rows in _groups(index, scores.shape[0]).values():
+            if len(rows) > 1:
+                out[rows] = scores[rows] - scores[rows].mean()
+        mask = response_mask.to(scores.dtype)
+        tiled = out.unsqueeze(-1) * mask
+        adv = masked_whiten(tiled, mask) * mask
+    return adv, adv
+
+
+@register_adv_est(AdvantageEstimator.REMAX)
+def compute_remax_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    reward_baselines: torch.Tensor,
+    response_mask: torch.Tensor,
+    config: Any = None,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """ReMax (https://arxiv.org/abs/2310.10505): returns-to-go (undiscounted) minus the
+    reward of the greedy response, ``reward_baselines`` of shape (B,)."""
+    mask = response_mask.to(token_level_rewards.dtype)
+    with torch.no_grad():
+        returns = (token_level_rewards * mask).flip(dims=[-1]).cumsum(dim=-1).flip(dims=[-1]) * mask
+        advantages = returns - reward_baselines.unsqueeze(-1) * mask
+    return advantages, returns
+
+
+@register_adv_est(AdvantageEstimator.OPO)
+def compute_opo_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: np.ndarray,
+    epsilon: float = 1e-6,
+    config: Any = None,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """OPO (https://arxiv.org/abs/2505.23585): score minus the length-weighted group baseline
+    ``sum(len_j score_j) / sum(len_j)`` (0 for a group of one)."""
+    scores = token_level_rewards.sum(dim=-1)
+    lengths = response_mask.to(scores.dtype).sum(dim=-1)
+    out = scores.clone()
+    with torch.no_grad():
+        for rows in _groups(index, scores.shape[0]).values():
+            if len(rows) > 1:
+                out[rows] = scores[rows] - (lengths[rows] * scores[rows]).sum() / lengths[rows].sum()
+        adv = out.unsqueeze(-1) * response_mask
+    return adv, adv
+
+
+@register_adv_est(AdvantageEstimator.GPG)
+def compute_gpg_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: np.ndarray,
+    epsilon: float = 1e-6,
+    f_norm: float = 1.0,
+    alpha: float = 1.0,
+    config: Any = None,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GPG (https://arxiv.org/abs/2504.02546): ``alpha (score - group mean) / f_norm`` with
+    ``alpha = B / max(1, #rows with non-zero score)`` (group of one: mean 0).
+
+    As in verl, ``alpha`` is always recomputed from the batch; the argument is accepted only
+    so verl-style calls keep working."""
+    scores = token_level_rewards.sum(dim=-1)
+    out = scores.clone()
+    with torch.no_grad():
+        bsz = scores.shape[0]
+        batch_alpha = bsz / max(1, int(torch.count_nonzero(scores).item()))
+        for rows in _groups(index, bsz).values():
+            mean = scores[rows].mean() if len(rows) > 1 else 0.0
+            out[rows] = batch_alpha * (scores[rows] - mean) / f_norm
+        adv = out.unsqueeze(-1) * response_mask
+    return adv, adv
+
+
+# ----------------------------------------------------------------------------- KL control
+
+
+class FixedKLController:
+    """A constant KL coefficient."""
+
+    def __init__(self, kl_coef: float):
+        self.value = float(kl_coef)
+
+    def update(self, current_kl: float, n_steps: int) -> None:
+        """No-op: the coefficient is fixed."""
+
+
+class AdaptiveKLController:
+    """Adaptive KL coefficient (Ziegler et al., https://arxiv.org/abs/1909.08593):
+    ``value *= 1 + clip(kl / target - 1, -0.2, 0.2) * n_steps / horizon``."""
+
+    def __init__(self, init_kl_coef: float, target_kl: float, horizon: int):
+        self.value = float(init_kl_coef)
+        self.target = float(target_kl)
+        self.horizon = horizon
+
+    def update(self, current_kl: float, n_steps: int) -> None:
+        proportional_error = float(np.clip(current_kl / self.target - 1, -0.2, 0.2))
+        self.value *= 1 + proportional_error * n_steps / self.horizon
+
+
+def get_kl_controller(kl_ctrl_config: Any) -> FixedKLController | AdaptiveKLController:
+    """Build the controller from ``algorithm.kl_ctrl`` (``type``, ``kl_coef``, ``target_kl``, ``horizon``)."""
+    kind = _cfg(kl_ctrl_config, "type")
+    if kind == "fixed":
+        return FixedKLController(kl_coef=_cfg(kl_ctrl_config, "kl_coef"))
+    if kind == "adaptive":
+        horizon = _cfg(kl_ctrl_config, "horizon")
+        if horizon is None or horizon <= 0:
+            raise ValueError(f"algorithm.kl_ctrl.horizon must be > 0 for the adaptive controller, got {horizon}")
+        return AdaptiveKLController(
+            init_kl_coef=_cfg(kl_ctrl_config, "kl_coef"), target_kl=_cfg(kl_ctrl_config, "target_kl"), horizon=horizon
+        )
+    raise ValueError(f"Unknown algorithm.kl_ctrl.type: {kind!r}. Valid types: ['fixed', 'adaptive']")
+
+
+def kl_in_reward(
+    token_level_scores: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    ref_log_prob: torch.Tensor,
+    response_mask: torch.Tensor,
+    kl_ctrl: FixedKLController | AdaptiveKLController,
+    kl_penalty: str = "kl",
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """verl's ``apply_kl_penalty`` as a pure function: ``rewards = scores - beta * kl * mask``.
+
+    The batch KL is the mean over sequences of each sequence's token-mean KL; the controller
+    is updated with it (``n_steps`` = batch size). Metrics report that KL and the ``beta``
+    that was applied (the value before the update).
+    """
+    kld = _kl_penalty_fn(old_log_prob, ref_log_prob, kl_penalty) * response_mask
+    beta = kl_ctrl.value
+    token_level_rewards = token_level_scores - beta * kld
+    current_kl = float(torch.mean(masked_mean(kld, response_mask, axis=-1)).item())
+    kl_ctrl.update(current_kl=current_kl, n_steps=token_level_scores.shape[0])
+    return token_level_rewards, {"actor/reward_kl_penalty": current_kl, "actor/reward_kl_penalty_coeff": beta}
+
+
+# kl_in_reward's argument shadows the module-level function; keep a handle to the latter.
+_kl_penalty_fn = kl_penalty

@@ -1,0 +1,571 @@
+"""Device-side loss math for PPO-family training: masked statistics, log-probs and entropy
+from logits, loss aggregation, KL estimators, the policy-loss registry and the value loss.
+
+Everything works on padded ``(batch, response_len)`` tensors with a ``response_mask`` and
+imports only torch and the standard library, because workers must not import the driver.
+Names and argument names follow verl's ``verl/trainer/ppo/core_algos.py`` and
+``verl/utils/torch_functional.py``; ``hybrid.core_algos`` re-exports all of it.
+
+Differences from verl, on purpose:
+  * masked statistics select with ``torch.where`` so NaN/inf in padding never leak in;
+  * the ``seq-mean-*`` aggregations do not count rows without any loss token, and
+    ``seq-mean-token-sum-norm`` is mean over sequences of the token sum divided by the
+    horizon (current verl; older verl forgot the 1/B);
+  * ``kl_penalty(..., "full")`` works when given full-vocabulary log-probs ``(B, T, V)``;
+  * every policy loss returns the three metrics ``actor/pg_clipfrac``, ``actor/ppo_kl``,
+    ``actor/pg_clipfrac_lower`` as detached tensors (zero where a loss has no such notion),
+    so the actor can average them without branching and without a device sync per call;
+  * every policy loss clamps the log-ratio to [-20, 20] before ``exp`` (verl skips it in
+    clip_cov / kl_cov), and truncated importance sampling is one helper used by all losses;
+  * unknown names raise ``ValueError`` listing the valid ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+__all__ = [
+    "masked_sum",
+    "masked_mean",
+    "masked_var",
+    "masked_whiten",
+    "logprobs_from_logits",
+    "entropy_from_logits",
+    "AGG_LOSS_MODES",
+    "agg_loss",
+    "KL_PENALTY_KINDS",
+    "kl_penalty",
+    "POLICY_LOSS_REGISTRY",
+    "register_policy_loss",
+    "get_policy_loss_fn",
+    "actor_cfg",
+    "apply_truncated_is",
+    "compute_policy_loss_vanilla",
+    "compute_policy_loss_gspo",
+    "compute_policy_loss_clip_cov",
+    "compute_policy_loss_kl_cov",
+    "compute_policy_loss_cispo",
+    "compute_policy_loss_sapo",
+    "compute_policy_loss_gpg",
+    "compute_value_loss",
+    "compute_entropy_loss",
+]
+
+# ----------------------------------------------------------------------------- masked stats
+
+
+def masked_sum(values: torch.Tensor, mask: torch.Tensor, axis: int | None = None) -> torch.Tensor:
+    """Sum of ``values`` where ``mask`` is non-zero (weighted by ``mask``)."""
+    mask = mask.to(values.dtype)
+    # where() rather than a bare product: padding may hold inf/NaN (e.g. logits of pad tokens)
+    # and inf * 0 = NaN would poison the whole sum.
+    valid = torch.where(mask != 0, values, torch.zeros_like(values))
+    total = valid * mask
+    return total.sum() if axis is None else total.sum(dim=axis)
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor, axis: int | None = None) -> torch.Tensor:
+    """Mean of ``values`` over the mask; 0 (not NaN) where the mask is empty, as verl."""
+    mask_f = mask.to(values.dtype)
+    count = mask_f.sum() if axis is None else mask_f.sum(dim=axis)
+    return masked_sum(values, mask_f, axis) / (count + 1e-8)
+
+
+def masked_var(values: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> torch.Tensor:
+    """Variance of ``values`` over the mask (Bessel-corrected when ``unbiased``)."""
+    mean = masked_mean(values, mask)
+    variance = masked_mean((values - mean) ** 2, mask)
+    if unbiased:
+        mask_sum = mask.to(values.dtype).sum()
+        if mask_sum == 0:
+            raise ValueError("masked_var: the mask is empty; at least one element must be 1.")
+        if mask_sum == 1:
+            raise ValueError("masked_var: the mask has a single element; the unbiased variance divides by zero.")
+        variance = variance * (mask_sum / (mask_sum - 1))
+    return variance
+
+
+def masked_whiten(values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True) -> torch.Tensor:
+    """``(values - mean) / sqrt(var + 1e-8)`` with statistics over the mask (unbiased var)."""
+    mean, var = masked_mean(values, mask), masked_var(values, mask)
+    whitened = (values - mean) * torch.rsqrt(var + 1e-8)
+    if not shift_mean:
+        whitened = whitened + mean
+    return whitened
+
+
+# ----------------------------------------------------------------------------- logits
+
+# Rows per chunk are chosen so one chunk's temporaries stay near this many elements: the
+# full (N, V) softmax of a 50k vocabulary over 16k tokens would be 3 GiB in fp32.
+_CHUNK_ELEMS = 1 << 24
+
+
+def _row_chunks(n_rows: int, vocab: int) -> list[tuple[int, int]]:
+    step = max(1, _CHUNK_ELEMS // max(1, vocab))
+    return [(s, min(s + step, n_rows)) for s in range(0, n_rows, step)]
+
+
+def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """log softmax(logits)[labels], computed as ``gather - logsumexp`` chunk by chunk.
+
+    ``logits`` is ``(..., V)`` and ``labels`` is ``(...)``. Never materialises a full
+    ``(..., V)`` log-softmax. bf16/fp16 logits are upcast per chunk and the result is float32,
+    because logsumexp in bf16 loses the precision the importance ratio needs.
+    """
+    vocab = logits.shape[-1]
+    flat = logits.reshape(-1, vocab)
+    flat_labels = labels.reshape(-1)
+    out = []
+    for s, e in _row_chunks(flat.shape[0], vocab):
+        chunk = flat[s:e]
+        if chunk.dtype not in (torch.float32, torch.float64):
+            chunk = chunk.float()
+        picked = torch.gather(chunk, -1, flat_labels[s:e].unsqueeze(-1)).squeeze(-1)
+        out.append(picked - torch.logsumexp(chunk, dim=-1))
+    result = torch.cat(out) if out else flat.new_zeros(0, dtype=torch.float32)
+    return result.reshape(labels.shape)
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Categorical entropy ``logsumexp(z) - sum(softmax(z) * z)`` over the last dim, chunked."""
+    vocab = logits.shape[-1]
+    flat = logits.reshape(-1, vocab)
+    out = []
+    for s, e in _row_chunks(flat.shape[0], vocab):
+        chunk = flat[s:e]
+        if chunk.dtype not in (torch.float32, torch.float64):
+            chunk = chunk.float()
+        probs = F.softmax(chunk, dim=-1)
+        out.append(torch.logsumexp(chunk, dim=-1) - (probs * chunk).sum(dim=-1))
+    result = torch.cat(out) if out else flat.new_zeros(0, dtype=torch.float32)
+    return result.reshape(logits.shape[:-1])
+
+
+# ----------------------------------------------------------------------------- aggregation
+
+AGG_LOSS_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+
+
+def agg_loss(
+    loss_mat: torch.Tensor,
+    loss_mask: torch.Tensor,
+    loss_agg_mode: str,
+    loss_scale_factor: float | None = None,
+) -> torch.Tensor:
+    """Aggregate a ``(B, T)`` loss matrix into a scalar.
+
+    * ``token-mean``: sum over all valid tokens / number of valid tokens (DAPO).
+    * ``seq-mean-token-sum``: per-sequence token sum, mean over sequences.
+    * ``seq-mean-token-mean``: per-sequence token mean, mean over sequences (GRPO paper).
+    * ``seq-mean-token-sum-norm``: per-sequence token sum / ``loss_scale_factor`` (default the
+      horizon ``T``), mean over sequences (Dr. GRPO).
+
+    Sequences without a single valid token (padding rows) are left out of the sequence mean.
+    """
+    if loss_agg_mode not in AGG_LOSS_MODES:
+        raise ValueError(f"Invalid loss_agg_mode: {loss_agg_mode!r}. Valid modes: {list(AGG_LOSS_MODES)}")
+    if loss_agg_mode == "token-mean":
+        return masked_mean(loss_mat, loss_mask)
+    mask = loss_mask.to(loss_mat.dtype)
+    seq_sum = masked_sum(loss_mat, mask, axis=-1)
+    tokens = mask.sum(dim=-1)
+    seq_valid = (tokens > 0).to(loss_mat.dtype)
+    if loss_agg_mode == "seq-mean-token-sum":
+        seq_losses = seq_sum
+    elif loss_agg_mode == "seq-mean-token-mean":
+        seq_losses = seq_sum / tokens.clamp(min=1)
+    else:
+        scale = float(loss_mask.shape[-1]) if loss_scale_factor is None else float(loss_scale_factor)
+        seq_losses = seq_sum / scale
+    return masked_mean(seq_losses, seq_valid)
+
+
+# ----------------------------------------------------------------------------- KL
+
+KL_PENALTY_KINDS = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3", "full")
+
+
+def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kl_penalty: str) -> torch.Tensor:
+    """Per-token KL estimate between the policy and the reference (Schulman's k1/k2/k3).
+
+    * ``kl``/``k1``: ``logp - ref``; ``abs``: ``|logp - ref|``; ``mse``/``k2``: ``0.5 (logp - ref)^2``;
+    * ``low_var_kl``/``k3``: ``exp(ref - logp) - (ref - logp) - 1``, the log-ratio clamped to
+      [-20, 20] and the result to [-10, 10] as verl;
+    * ``full``: exact ``KL(p || ref) = sum_v p_v (log p_v - log ref_v)``; here ``logprob`` and
+      ``ref_logprob`` must be full-vocabulary log-probabilities ``(B, T, V)`` (log_softmax
+      outputs), and the result is ``(B, T)``. With per-token ``(B, T)`` inputs it raises
+      ``NotImplementedError``, since the chosen-token log-prob alone cannot give it.
+    * A trailing ``+`` (``k1+``, ``k3+``, ...) keeps the forward value of the base kind but takes
+      the gradient of k2 (unbiased gradient of KL; verl's straight-through variant).
+    """
+    kind = kl_penalty
+    if kind.endswith("+") and kind[:-1] in KL_PENALTY_KINDS and kind[:-1] != "full":
+        forward = _kl_forward(logprob, ref_logprob, kind[:-1])
+        backward = 0.5 * (logprob - ref_logprob).square()
+        return backward - backward.detach() + forward.detach()
+    return _kl_forward(logprob, ref_logprob, kind)
+
+
+def _kl_forward(logprob: torch.Tensor, ref_logprob: torch.Tensor, kind: str) -> torch.Tensor:
+    if kind in ("kl", "k1"):
+        return logprob - ref_logprob
+    if kind == "abs":
+        return (logprob - ref_logprob).abs()
+    if kind in ("mse", "k2"):
+        return 0.5 * (logprob - ref_logprob).square()
+    if kind in ("low_var_kl", "k3"):
+        kl = torch.clamp(ref_logprob - logprob, min=-20, max=20)
+        return torch.clamp(torch.exp(kl) - kl - 1, min=-10, max=10)
+    if kind == "full":
+        if logprob.dim() < 3 or logprob.shape != ref_logprob.shape:
+            raise NotImplementedError(
+                "kl_penalty='full' needs full-vocabulary log-probs of shape (B, T, V) for both the policy "
+                f"and the reference; got {tuple(logprob.shape)} and {tuple(ref_logprob.shape)}. The actor "
+                "keeps only the chosen token's log-prob; use kl, abs, mse or low_var_kl instead."
+            )
+        return (logprob.exp() * (logprob - ref_logprob)).sum(dim=-1)
+    raise ValueError(
+        f"Unknown kl_penalty: {kind!r}. Valid kinds: {list(KL_PENALTY_KINDS)} (k1/kl/abs/k3/low_var_kl "
+        "also take a trailing '+')"
+    )
+
+
+# ----------------------------------------------------------------------------- config access
+
+# verl's ActorConfig defaults, used when a key is missing or None.
+_ACTOR_DEFAULTS: dict[str, Any] = {
+    "clip_ratio": 0.2,
+    "clip_ratio_c": 3.0,
+    "tis_imp_ratio_cap": -1.0,
+    "policy_loss.clip_cov_ratio": 0.0002,
+    "policy_loss.clip_cov_lb": 1.0,
+    "policy_loss.clip_cov_ub": 5.0,
+    "policy_loss.kl_cov_ratio": 0.0002,
+    "policy_loss.ppo_kl_coef": 0.1,
+    "policy_loss.sapo_tau_pos": 1.0,
+    "policy_loss.sapo_tau_neg": 1.05,
+}
+
+
+def actor_cfg(config: Any, key: str, default: Any = None) -> Any:
+    """Read a dotted ``key`` from an actor config that is a DictConfig, a dict, or any object
+    with attributes. Missing or None gives ``default``, else verl's default for that key."""
+    if default is None:
+        default = _ACTOR_DEFAULTS.get(key)
+    node = config
+    for part in key.split("."):
+        if node is None:
+            return default
+        node = node.get(part) if isinstance(node, Mapping) else getattr(node, part, None)
+    return default if node is None else node
+
+
+def _clip_range(config: Any) -> tuple[float, float]:
+    """(clip_ratio_low, clip_ratio_high), each falling back to clip_ratio."""
+    clip_ratio = float(actor_cfg(config, "clip_ratio"))
+    low = float(actor_cfg(config, "clip_ratio_low", clip_ratio))
+    high = float(actor_cfg(config, "clip_ratio_high", clip_ratio))
+    return low, high
+
+
+# ----------------------------------------------------------------------------- policy losses
+
+PolicyLossFn = Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]
+POLICY_LOSS_REGISTRY: dict[str, PolicyLossFn] = {}
+
+
+def register_policy_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
+    """Decorator registering a policy loss under ``name`` (a later registration replaces it, as verl)."""
+
+    def decorator(fn: PolicyLossFn) -> PolicyLossFn:
+        POLICY_LOSS_REGISTRY[name] = fn
+        return fn
+
+    return decorator
+
+
+def get_policy_loss_fn(name: str) -> PolicyLossFn:
+    """The registered policy loss called ``name``."""
+    if name not in POLICY_LOSS_REGISTRY:
+        raise ValueError(f"Unsupported policy loss mode: {name!r}. Registered: {sorted(POLICY_LOSS_REGISTRY)}")
+    return POLICY_LOSS_REGISTRY[name]
+
+
+def apply_truncated_is(
+    pg_losses: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    rollout_log_probs: torch.Tensor | None,
+    config: Any,
+) -> torch.Tensor:
+    """Truncated importance sampling against the rollout engine (Yao et al., "off-policy RL").
+
+    When ``rollout_log_probs`` is given and ``config.tis_imp_ratio_cap > 0``, returns
+    ``pg_losses * min(exp(old_log_prob - rollout_log_probs), cap)`` with the weight detached;
+    otherwise ``pg_losses`` unchanged.
+    """
+    cap = float(actor_cfg(config, "tis_imp_ratio_cap"))
+    if rollout_log_probs is None or cap <= 0:
+        return pg_losses
+    log_w = torch.clamp(old_log_prob - rollout_log_probs, min=-20.0, max=20.0)
+    return pg_losses * torch.clamp(torch.exp(log_w), max=cap).detach()
+
+
+def _log_ratio(log_prob: torch.Tensor, old_log_prob: torch.Tensor) -> torch.Tensor:
+    # exp of an unclamped log-ratio overflows on padding or after a bad step.
+    return torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)
+
+
+def _metrics(clipfrac: torch.Tensor | float, ppo_kl: torch.Tensor, clipfrac_lower: torch.Tensor | float, ref):
+    def as_t(x):
+        return x.detach() if torch.is_tensor(x) else torch.tensor(float(x), device=ref.device)
+
+    return {"actor/pg_clipfrac": as_t(clipfrac), "actor/ppo_kl": as_t(ppo_kl), "actor/pg_clipfrac_lower": as_t(clipfrac_lower)}
+
+
+@register_policy_loss("vanilla")
+def compute_policy_loss_vanilla(
+    old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None, rollout_log_probs=None
+):
+    """PPO clip with asymmetric range and dual clip.
+
+    ``r = exp(logp - old)``; ``L1 = -A r``; ``L2 = -A clip(r, 1 - low, 1 + high)``;
+    ``Lc = max(L1, L2)``; for ``A < 0`` the loss is ``min(Lc, -A c)`` with ``c = clip_ratio_c``
+    (dual clip, https://arxiv.org/abs/1912.09729). ``pg_clipfrac``: share of tokens with
+    ``L2 > L1``; ``pg_clipfrac_lower``: share with ``A < 0`` and ``Lc > -A c``.
+    """
+    low, high = _clip_range(config)
+    clip_ratio_c = float(actor_cfg(config, "clip_ratio_c"))
+    if clip_ratio_c <= 1.0:
+        raise ValueError(f"clip_ratio_c (dual-clip lower bound) must be > 1.0, got {clip_ratio_c}")
+    neg_kl = _log_ratio(log_prob, old_log_prob)
+    ratio = torch.exp(neg_kl)
+    ppo_kl = masked_mean(-neg_kl, response_mask)
+
+    pg_losses1 = -advantages * ratio
+    pg_losses2 = -advantages * torch.clamp(ratio, 1 - low, 1 + high)
+    clip_pg_losses1 = torch.maximum(pg_losses1, pg_losses2)
+    pg_clipfrac = masked_mean(torch.gt(pg_losses2, pg_losses1).float(), response_mask)
+
+    pg_losses3 = -advantages * clip_ratio_c
+    clip_pg_losses2 = torch.min(pg_losses3, clip_pg_losses1)
+    pg_clipfrac_lower = masked_mean((torch.gt(clip_pg_losses1, pg_losses3) & (advantages < 0)).float(), response_mask)
+
+    pg_losses = torch.where(advantages < 0, clip_pg_losses2, clip_pg_losses1)
+    pg_losses = apply_truncated_is(pg_losses, old_log_prob, rollout_log_probs, config)
+    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
+    return pg_loss, _metrics(pg_clipfrac, ppo_kl, pg_clipfrac_lower, pg_loss)
+
+
+@register_policy_loss("gspo")
+def compute_policy_loss_gspo(
+    old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="seq-mean-token-mean", config=None,
+    rollout_log_probs=None,
+):
+    """GSPO (https://arxiv.org/abs/2507.18071): a sequence-level ratio, the geometric mean of
+    the token ratios, ``s_i = exp(mean_t(logp - old))``, clipped PPO-style.
+
+    Per token the ratio is ``sg[s_i] * pi / sg[pi]`` (value ``s_i``, gradient of the token's
+    log-prob), its log clamped at 10. As in verl the loss is always aggregated
+    ``seq-mean-token-mean`` whatever ``loss_agg_mode`` says, because the objective is defined
+    per sequence. ``pg_clipfrac_lower`` is 0.
+    """
+    low, high = _clip_range(config)
+    neg_kl = log_prob - old_log_prob
+    seq_len = response_mask.to(log_prob.dtype).sum(dim=-1).clamp(min=1)
+    neg_kl_seq = masked_sum(neg_kl, response_mask, axis=-1) / seq_len
+    log_seq_ratio = log_prob - log_prob.detach() + neg_kl_seq.detach().unsqueeze(-1)
+    seq_ratio = torch.exp(torch.clamp(log_seq_ratio, max=10.0))
+
+    pg_losses1 = -advantages * seq_ratio
+    pg_losses2 = -advantages * torch.clamp(seq_ratio, 1 - low, 1 + high)
+    pg_losses = torch.maximum(pg_losses1, pg_losses2)
+    pg_losses = apply_truncated_is(pg_losses, old_log_prob, rollout_log_probs, config)
+    pg_loss = agg_loss(pg_losses, response_mask, "seq-mean-token-mean")
+
+    pg_clipfrac = masked_mean(torch.gt(pg_losses2, pg_losses1).float(), response_mask)
+    ppo_kl = masked_mean(-_log_ratio(log_prob, old_log_prob), response_mask)
+    return pg_loss, _metrics(pg_clipfrac, ppo_kl, 0.0, pg_loss)
+
+
+@register_policy_loss("clip_cov")
+def compute_policy_loss_clip_cov(
+    old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None, rollout_log_probs=None
+):
+    """Clip-Cov (https://arxiv.org/abs/2505.22617): PPO clip, plus the gradient of a few
+    tokens with large advantage/log-prob covariance is cut.
+
+    ``cov = (A - mean A) (logp - mean logp)`` over valid tokens. Candidates: valid tokens not
+    already clipped by PPO with ``clip_cov_lb < cov < clip_cov_ub``; up to
+    ``max(1, int(clip_cov_ratio * n_valid))`` of them, drawn at random, get their loss
+    multiplied by 0. ``pg_clipfrac`` is the share of cut tokens; ``pg_clipfrac_lower`` is 0.
+    """
+    low, high = _clip_range(config)
+    clip_cov_ratio = float(actor_cfg(config, "policy_loss.clip_cov_ratio"))
+    clip_cov_lb = float(actor_cfg(config, "policy_loss.clip_cov_lb"))
+    clip_cov_ub = float(actor_cfg(config, "policy_loss.clip_cov_ub"))
+    if clip_cov_ratio <= 0:
+        raise ValueError(f"policy_loss.clip_cov_ratio must be > 0, got {clip_cov_ratio}")
+    neg_kl = _log_ratio(log_prob, old_log_prob)
+    ratio = torch.exp(neg_kl)
+    ppo_kl = masked_mean(-neg_kl, response_mask)
+
+    pg_losses1 = -advantages * ratio
+    pg_losses2 = -advantages * torch.clamp(ratio, 1 - low, 1 + high)
+    valid = response_mask > 0
+    with torch.no_grad():
+        clip_by_origin = (pg_losses2 > pg_losses1) & valid
+        logp = log_prob.detach()
+        cov = (advantages - masked_mean(advantages, response_mask)) * (logp - masked_mean(logp, response_mask))
+        candidates = torch.nonzero((cov > clip_cov_lb) & (cov < clip_cov_ub) & valid & ~clip_by_origin)
+        clip_num = max(int(clip_cov_ratio * int(valid.sum().item())), 1)
+        corr = torch.ones_like(advantages)
+        if len(candidates) > 0:
+            pick = torch.randperm(len(candidates), device=candidates.device)[: min(clip_num, len(candidates))]
+            chosen = candidates[pick]
+            corr[chosen[:, 0], chosen[:, 1]] = 0
+    pg_clipfrac = masked_mean((corr == 0).float(), response_mask)
+
+    pg_losses = torch.maximum(pg_losses1, pg_losses2) * corr
+    pg_losses = apply_truncated_is(pg_losses, old_log_prob, rollout_log_probs, config)
+    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
+    return pg_loss, _metrics(pg_clipfrac, ppo_kl, 0.0, pg_loss)
+
+
+@register_policy_loss("kl_cov")
+def compute_policy_loss_kl_cov(
+    old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None, rollout_log_probs=None
+):
+    """KL-Cov (https://arxiv.org/abs/2505.22617): unclipped ``-A r``, except on the
+    ``max(1, int(kl_cov_ratio * n_valid))`` valid tokens with the largest covariance
+    ``(A - mean A)(logp - mean logp)``, whose loss is ``-A r + ppo_kl_coef * |logp - old|``.
+
+    ``actor/ppo_kl`` is the masked mean of ``|logp - old|`` (as verl); the clip fractions are 0.
+    """
+    kl_cov_ratio = float(actor_cfg(config, "policy_loss.kl_cov_ratio"))
+    ppo_kl_coef = float(actor_cfg(config, "policy_loss.ppo_kl_coef"))
+    if kl_cov_ratio <= 0:
+        raise ValueError(f"policy_loss.kl_cov_ratio must be > 0, got {kl_cov_ratio}")
+    neg_kl = _log_ratio(log_prob, old_log_prob)
+    abs_kl = neg_kl.abs()
+    ratio = torch.exp(neg_kl)
+    ppo_kl_abs = masked_mean(abs_kl, response_mask)
+    pg_losses = -advantages * ratio
+    valid = response_mask > 0
+    n_valid = int(valid.sum().item())
+    if n_valid > 0:
+        with torch.no_grad():
+            adv_v = advantages[valid].detach().float()
+            logp_v = log_prob[valid].detach().float()
+            cov = (adv_v - adv_v.mean()) * (logp_v - logp_v.mean())
+            top = torch.topk(cov, max(1, int(n_valid * kl_cov_ratio))).indices
+            penalised = torch.zeros(n_valid, dtype=torch.bool, device=cov.device)
+            penalised[top] = True
+            select = torch.zeros_like(valid)
+            select[valid] = penalised
+        pg_losses = torch.where(select, pg_losses + ppo_kl_coef * abs_kl, pg_losses)
+    pg_losses = apply_truncated_is(pg_losses, old_log_prob, rollout_log_probs, config)
+    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
+    return pg_loss, _metrics(0.0, ppo_kl_abs, 0.0, pg_loss)
+
+
+@register_policy_loss("cispo")
+def compute_policy_loss_cispo(
+    old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None, rollout_log_probs=None
+):
+    """CISPO (https://arxiv.org/abs/2506.13585): clip the importance weight, not the update.
+
+    ``L = -sg[clip(r, 1 - low, 1 + high)] * A * logp``: every token keeps a gradient (through
+    ``logp``), scaled by the detached clipped ratio. ``pg_clipfrac``: share of tokens whose
+    ratio was clipped; ``pg_clipfrac_lower`` is 0.
+    """
+    low, high = _clip_range(config)
+    neg_kl = _log_ratio(log_prob, old_log_prob)
+    ratio = torch.exp(neg_kl)
+    ppo_kl = masked_mean(-neg_kl, response_mask)
+    clipped = torch.clamp(ratio, 1 - low, 1 + high)
+    pg_losses = -clipped.detach() * advantages * log_prob
+    pg_clipfrac = masked_mean((ratio != clipped).float(), response_mask)
+    pg_losses = apply_truncated_is(pg_losses, old_log_prob, rollout_log_probs, config)
+    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
+    return pg_loss, _metrics(pg_clipfrac, ppo_kl, 0.0, pg_loss)
+
+
+@register_policy_loss("sapo")
+def compute_policy_loss_sapo(
+    old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="seq-mean-token-mean", config=None,
+    rollout_log_probs=None,
+):
+    """SAPO, Soft Adaptive Policy Optimization (https://arxiv.org/abs/2511.20347).
+
+    A smooth gate replaces the hard clip: with ``r = exp(logp - old)`` and
+    ``tau = sapo_tau_pos if A > 0 else sapo_tau_neg``,
+
+        f(r) = (4 / tau) * sigmoid(tau * (r - 1)),      L = -f(r) * A.
+
+    ``f'(1) = 1``, so on-policy the gradient equals the vanilla policy gradient; off-policy it
+    decays smoothly (faster for negative advantages when ``tau_neg > tau_pos``). As in verl
+    the loss is always aggregated ``seq-mean-token-mean``. There is no clipping, so both clip
+    fractions are 0.
+    """
+    tau_pos = float(actor_cfg(config, "policy_loss.sapo_tau_pos"))
+    tau_neg = float(actor_cfg(config, "policy_loss.sapo_tau_neg"))
+    if tau_pos <= 0 or tau_neg <= 0:
+        raise ValueError(f"SAPO temperatures must be > 0, got sapo_tau_pos={tau_pos}, sapo_tau_neg={tau_neg}")
+    neg_kl = _log_ratio(log_prob, old_log_prob)
+    ratio = torch.exp(neg_kl)
+    ppo_kl = masked_mean(-neg_kl, response_mask)
+    taus = torch.where(advantages > 0, torch.full_like(ratio, tau_pos), torch.full_like(ratio, tau_neg))
+    gates = torch.sigmoid(taus * (ratio - 1.0)) * (4.0 / taus)
+    pg_losses = -gates * advantages
+    pg_losses = apply_truncated_is(pg_losses, old_log_prob, rollout_log_probs, config)
+    pg_loss = agg_loss(pg_losses, response_mask, "seq-mean-token-mean")
+    return pg_loss, _metrics(0.0, ppo_kl, 0.0, pg_loss)
+
+
+@register_policy_loss("gpg")
+def compute_policy_loss_gpg(
+    old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None, rollout_log_probs=None
+):
+    """GPG (https://arxiv.org/abs/2504.02546): plain policy gradient ``L = -logp * A``, no ratio.
+    ``actor/ppo_kl`` is still reported for monitoring; the clip fractions are 0."""
+    pg_losses = -log_prob * advantages
+    pg_losses = apply_truncated_is(pg_losses, old_log_prob, rollout_log_probs, config)
+    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
+    ppo_kl = masked_mean(-_log_ratio(log_prob, old_log_prob), response_mask)
+    return pg_loss, _metrics(0.0, ppo_kl, 0.0, pg_loss)
+
+
+# ----------------------------------------------------------------------------- value, entropy
+
+
+def compute_value_loss(
+    vpreds: torch.Tensor,
+    returns: torch.Tensor,
+    values: torch.Tensor,
+    response_mask: torch.Tensor,
+    cliprange_value: float,
+    loss_agg_mode: str = "token-mean",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Clipped value loss ``0.5 * agg(max((v - R)^2, (clip(v, V - c, V + c) - R)^2))``.
+
+    Returns ``(vf_loss, vf_clipfrac)``, the latter the share of tokens where the clipped
+    term was larger.
+    """
+    vpredclipped = torch.clamp(vpreds, values - cliprange_value, values + cliprange_value)
+    vf_losses1 = (vpreds - returns) ** 2
+    vf_losses2 = (vpredclipped - returns) ** 2
+    vf_loss = 0.5 * agg_loss(torch.max(vf_losses1, vf_losses2), response_mask, loss_agg_mode)
+    vf_clipfrac = masked_mean(torch.gt(vf_losses2, vf_losses1).float(), response_mask)
+    return vf_loss, vf_clipfrac
+
+
+def compute_entropy_loss(
+    logits: torch.Tensor, response_mask: torch.Tensor, loss_agg_mode: str = "token-mean"
+) -> torch.Tensor:
+    """Aggregated entropy of ``(B, T, V)`` logits (the actor subtracts ``entropy_coeff`` times it)."""
+    return agg_loss(entropy_from_logits(logits), response_mask, loss_agg_mode)
