@@ -1,0 +1,220 @@
+"""The default task: arithmetic questions generated from a seed, in verl's data schema.
+
+Each row asks one question such as "What is 23 + 45?" and carries the answer as the
+rule-based ground truth, so `reward.scorers.arithmetic` can score a response by its last
+integer. Train and validation rows never share a question: every question belongs to one
+side by a stable hash of its text, whatever the seed or the sizes, so two separate calls
+cannot overlap.
+
+`write_arithmetic_parquet` writes both splits once; a json file beside them records the
+parameters, and a second call with the same parameters leaves the files alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+DATA_SOURCE = "arithmetic"
+INSTRUCTION = "Give the final answer as a number."
+OPS = ("+", "-", "*")
+PARAMS_FILE = "arithmetic_params.json"
+# Bumped whenever the rows produced for the same parameters change, so cached files from
+# an older version are rewritten rather than reused.
+FORMAT_VERSION = 1
+
+# The default job: single- and two-digit addition, sized for a 2-core CPU run.
+DEFAULT_MIX = {"digits": (1, 2), "ops": ("+",)}
+DEFAULT_SIZES = {"n_train": 2000, "n_val": 200, "seed": 1}
+
+# How hard to look for a question not yet drawn in this split before accepting a repeat;
+# small spaces (single-digit addition has 100 questions) run out of new ones.
+_UNSEEN_TRIES = 20
+# Draws allowed to land one question on the requested side before giving up.
+_MAX_DRAWS = 10_000
+
+
+def _operand_range(digits: int) -> tuple[int, int]:
+    if digits < 1:
+        raise ValueError(f"digit counts must be >= 1, got {digits}")
+    low = 0 if digits == 1 else 10 ** (digits - 1)
+    return low, 10**digits - 1
+
+
+def _answer(a: int, op: str, b: int) -> int:
+    if op == "+":
+        return a + b
+    if op == "-":
+        return a - b
+    if op == "*":
+        return a * b
+    raise ValueError(f"unknown op {op!r}; known: {', '.join(OPS)}")
+
+
+def _is_val_question(question: str, val_fraction: float) -> bool:
+    # A hash of the text, not of the draw, decides the side: disjoint across any calls.
+    digest = hashlib.blake2b(question.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64 < val_fraction
+
+
+def _weights(values: Sequence, weights: Sequence[float] | None, name: str) -> np.ndarray:
+    if weights is None:
+        return np.full(len(values), 1.0 / len(values))
+    w = np.asarray(weights, dtype=np.float64)
+    if w.shape != (len(values),) or (w < 0).any() or w.sum() <= 0:
+        raise ValueError(f"{name} must be {len(values)} non-negative numbers with a positive sum, got {weights}")
+    return w / w.sum()
+
+
+def make_arithmetic_rows(
+    n: int,
+    seed: int,
+    split: str,
+    digits: Sequence[int] = (1, 2),
+    ops: Sequence[str] = ("+",),
+    digit_weights: Sequence[float] | None = None,
+    op_weights: Sequence[float] | None = None,
+    allow_negative: bool = False,
+    val_fraction: float = 0.2,
+    instruction: str = INSTRUCTION,
+) -> list[dict]:
+    """`n` verl-schema rows of the `split` side ("train" or anything else for held out).
+
+    Each question draws a digit count from `digits` (both operands get that many digits;
+    one digit means 0-9) and an op from `ops`, with optional weights. With
+    `allow_negative=False` subtraction puts the larger operand first. `val_fraction` is the
+    share of all possible questions reserved for the held-out side.
+    """
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    if not digits or not ops:
+        raise ValueError(f"digits and ops must be non-empty, got digits={digits} ops={ops}")
+    unknown = [op for op in ops if op not in OPS]
+    if unknown:
+        raise ValueError(f"unknown ops {unknown}; known: {', '.join(OPS)}")
+    if not 0.0 < val_fraction < 1.0:
+        raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
+    digits = [int(d) for d in digits]
+    ops = list(ops)
+    ranges = [_operand_range(d) for d in digits]
+    p_digits = _weights(digits, digit_weights, "digit_weights")
+    p_ops = _weights(ops, op_weights, "op_weights")
+    want_val = split != "train"
+
+    rng = np.random.default_rng(seed)
+    seen: set[str] = set()
+    rows: list[dict] = []
+    for index in range(n):
+        level = int(rng.choice(len(digits), p=p_digits))
+        op = ops[int(rng.choice(len(ops), p=p_ops))]
+        low, high = ranges[level]
+        fallback = None
+        on_side = 0
+        for _ in range(_MAX_DRAWS):
+            a, b = (int(x) for x in rng.integers(low, high + 1, size=2))
+            if op == "-" and not allow_negative and a < b:
+                a, b = b, a
+            question = f"What is {a} {op} {b}?"
+            if _is_val_question(question, val_fraction) != want_val:
+                continue
+            fallback = (a, b, question)
+            on_side += 1
+            if question not in seen or on_side >= _UNSEEN_TRIES:
+                break
+        if fallback is None:
+            raise ValueError(
+                f"no {split} question found for {digits[level]}-digit {op!r}: the space is too small "
+                f"for val_fraction={val_fraction}; use more digits or another val_fraction"
+            )
+        a, b, question = fallback
+        seen.add(question)
+        rows.append(
+            {
+                "data_source": DATA_SOURCE,
+                "prompt": [{"role": "user", "content": f"{question} {instruction}"}],
+                "ability": "math",
+                "reward_model": {"style": "rule", "ground_truth": str(_answer(a, op, b))},
+                "extra_info": {
+                    "split": split,
+                    "index": index,
+                    "a": a,
+                    "b": b,
+                    "op": op,
+                    "digits": digits[level],
+                    "question": question,
+                },
+            }
+        )
+    return rows
+
+
+def _atomic_write(final: Path, write) -> None:
+    """Call `write(tmp_path)` and rename the result into place only once it is complete."""
+    fd, tmp = tempfile.mkstemp(prefix=final.name + ".tmp-", dir=final.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, final)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def _write_rows(rows: list[dict], final: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    _atomic_write(final, lambda tmp: pq.write_table(pa.Table.from_pylist(rows), tmp))
+
+
+def _jsonable(value):
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in sorted(value.items())}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def write_arithmetic_parquet(out_dir, n_train: int, n_val: int, seed: int, **mix) -> dict[str, Path]:
+    """Write `train.parquet` and `val.parquet` under `out_dir`; return their paths.
+
+    `mix` takes the keyword arguments of `make_arithmetic_rows` (digits, ops, weights, ...).
+    Nothing is written when both files exist and `arithmetic_params.json` beside them
+    records the same parameters.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"train": out / "train.parquet", "val": out / "val.parquet"}
+    params_path = out / PARAMS_FILE
+    params = _jsonable(
+        {"format_version": FORMAT_VERSION, "n_train": n_train, "n_val": n_val, "seed": seed, "mix": mix}
+    )
+    if params_path.is_file() and all(p.is_file() for p in paths.values()):
+        with open(params_path) as f:
+            if json.load(f) == params:
+                return paths
+    # The record goes first and comes back last: files without it are never trusted.
+    if params_path.exists():
+        params_path.unlink()
+    # The held-out side uses a different stream so its draws do not mirror the train draws.
+    _write_rows(make_arithmetic_rows(n_train, seed, "train", **mix), paths["train"])
+    _write_rows(make_arithmetic_rows(n_val, seed + 1_000_003, "val", **mix), paths["val"])
+
+    def write_params(tmp):
+        with open(tmp, "w") as f:
+            json.dump(params, f, indent=2)
+
+    _atomic_write(params_path, write_params)
+    return paths
+
+
+def write_default_arithmetic_dataset(out_dir) -> dict[str, Path]:
+    """The default job's data: single- and two-digit addition, 2000 train / 200 val, seed 1."""
+    return write_arithmetic_parquet(out_dir, **DEFAULT_SIZES, **DEFAULT_MIX)
