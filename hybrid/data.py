@@ -1,0 +1,468 @@
+"""Prompt data for PPO: RLHFDataset, its collate function, and a resumable data loader.
+
+Rows follow verl's schema (`prompt` as a chat list or a string, `data_source`,
+`reward_model.ground_truth`, `extra_info`), read from parquet or JSON-lines files. Each item
+is the prompt rendered with the tokenizer's chat template, left padded to
+`data.max_prompt_length`, plus every other column of the row; `collate_fn` makes a dict
+that `DataProto.from_single_dict` takes.
+
+The loader's state (epoch, seed, batches consumed) goes into checkpoints; a loader
+restored from it yields the same next batches as the one that was saved.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import math
+import multiprocessing
+import os
+import sys
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+TRUNCATION_MODES = ("error", "left", "right", "middle")
+_FIX_LENGTH = (
+    "raise data.max_prompt_length, set data.filter_overlong_prompts=true to drop such rows, "
+    "or set data.truncation to left, right or middle"
+)
+
+
+class DataError(ValueError):
+    """Prompt data that cannot be used; the message names the file, and the row if one."""
+
+
+def _plain(value):
+    if hasattr(value, "_metadata") and hasattr(value, "_get_node"):
+        from omegaconf import OmegaConf
+
+        return OmegaConf.to_container(value, resolve=True)
+    return value
+
+
+def _as_file_list(data_files) -> list[str]:
+    data_files = _plain(data_files)
+    if isinstance(data_files, (str, os.PathLike)):
+        return [os.fspath(data_files)]
+    files = [os.fspath(f) for f in data_files]
+    if not files:
+        raise DataError("no data files given (data.train_files / data.val_files is an empty list)")
+    return files
+
+
+# ---- reading files ----------------------------------------------------------------------
+
+
+def read_rows(path: str) -> list[dict]:
+    """All rows of a parquet, JSON-lines or JSON-array file as dicts of plain Python values."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"data file {path!r} does not exist (check data.train_files / data.val_files)")
+    if os.path.getsize(path) == 0:
+        raise DataError(f"data file {path} is empty (0 bytes)")
+    lower = path.lower()
+    if lower.endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        rows = pq.read_table(path).to_pylist()
+    elif lower.endswith((".jsonl", ".json")):
+        rows = _read_json(path)
+    else:
+        raise DataError(f"data file {path}: unknown format; use .parquet, .jsonl or .json")
+    if not rows:
+        raise DataError(f"data file {path} has no rows")
+    return rows
+
+
+def _read_json(path: str) -> list[dict]:
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    if text.lstrip().startswith("["):
+        rows = json.loads(text)
+    else:
+        rows = []
+        for lineno, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise DataError(f"data file {path} line {lineno}: not valid JSON ({e})") from e
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise DataError(f"data file {path} row {i}: expected a JSON object, got {type(row).__name__}")
+    return rows
+
+
+# ---- prompts to token ids ---------------------------------------------------------------
+
+
+def truncate_ids(ids: Sequence[int], max_length: int, truncation: str, where: str = "") -> list[int]:
+    """`ids` cut to `max_length` tokens: keep the end (left), the start (right), or both
+    halves (middle); `error` raises, naming `where`."""
+    ids = list(ids)
+    if len(ids) <= max_length:
+        return ids
+    if truncation == "left":
+        return ids[-max_length:]
+    if truncation == "right":
+        return ids[:max_length]
+    if truncation == "middle":
+        left = max_length // 2
+        right = max_length - left
+        return ids[:left] + (ids[-right:] if right else [])
+    if truncation == "error":
+        raise DataError(
+            f"{where}prompt is {len(ids)} tokens, longer than data.max_prompt_length={max_length} "
+            f"(data.truncation=error): {_FIX_LENGTH}"
+        )
+    raise DataError(f"unknown data.truncation {truncation!r}; known: {', '.join(TRUNCATION_MODES)}")
+
+
+def left_pad(ids: Sequence[int], max_length: int, pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """input_ids, attention_mask and position_ids (cumsum of the mask - 1, clipped at 0)."""
+    n_pad = max_length - len(ids)
+    input_ids = torch.tensor([pad_token_id] * n_pad + list(ids), dtype=torch.long)
+    attention_mask = torch.tensor([0] * n_pad + [1] * len(ids), dtype=torch.long)
+    position_ids = torch.clip(torch.cumsum(attention_mask, dim=-1) - 1, min=0)
+    return input_ids, attention_mask, position_ids
+
+
+def render_prompt(tokenizer, prompt, chat_kwargs: dict, where: str = "") -> str:
+    """Chat lists go through the chat template (with the generation prompt); strings are used as is."""
+    if isinstance(prompt, np.ndarray):
+        prompt = prompt.tolist()
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list) and all(isinstance(m, dict) and "role" in m and "content" in m for m in prompt):
+        if not getattr(tokenizer, "chat_template", None):
+            raise DataError(
+                f"{where}the prompt is a chat list but the tokenizer has no chat template; use plain-string "
+                f"prompts or a tokenizer with one"
+            )
+        return tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False, **chat_kwargs)
+    raise DataError(
+        f"{where}the prompt must be a string or a list of {{'role', 'content'}} messages, got "
+        f"{type(prompt).__name__}: {str(prompt)[:200]}"
+    )
+
+
+_WORKER_STATE: dict = {}
+
+
+def _init_length_worker(tokenizer, chat_kwargs) -> None:
+    _WORKER_STATE["tokenizer"] = tokenizer
+    _WORKER_STATE["chat_kwargs"] = chat_kwargs
+
+
+def _lengths_of(prompts_and_where: list[tuple[Any, str]]) -> list[int]:
+    tokenizer, chat_kwargs = _WORKER_STATE["tokenizer"], _WORKER_STATE["chat_kwargs"]
+    texts = [render_prompt(tokenizer, p, chat_kwargs, where) for p, where in prompts_and_where]
+    return [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+
+
+def prompt_lengths(tokenizer, prompts_and_where: list[tuple[Any, str]], chat_kwargs: dict, num_workers: int = 1) -> list[int]:
+    """Token counts of rendered prompts, in a spawn pool of `num_workers` processes when > 1."""
+    chunk = 512
+    chunks = [prompts_and_where[i : i + chunk] for i in range(0, len(prompts_and_where), chunk)]
+    if num_workers <= 1 or len(chunks) <= 1:
+        _init_length_worker(tokenizer, chat_kwargs)
+        try:
+            return [n for c in chunks for n in _lengths_of(c)]
+        finally:
+            _WORKER_STATE.clear()
+    # spawn, not fork: the driver may already hold Ray and torch threads.
+    with multiprocessing.get_context("spawn").Pool(
+        min(num_workers, len(chunks)), initializer=_init_length_worker, initargs=(tokenizer, chat_kwargs)
+    ) as pool:
+        return [n for part in pool.map(_lengths_of, chunks) for n in part]
+
+
+# ---- the dataset ------------------------------------------------------------------------
+
+
+class RLHFDataset(Dataset):
+    """Prompts from one or more parquet/JSON-lines files, tokenized and left padded.
+
+    Config keys (verl's `data.*`): prompt_key, max_prompt_length, truncation,
+    filter_overlong_prompts, filter_overlong_prompts_workers, return_raw_chat,
+    return_full_prompt, apply_chat_template_kwargs.
+    """
+
+    def __init__(self, data_files, tokenizer, config, processor=None):
+        if processor is not None:
+            raise DataError("multimodal processors are not supported: RLHFDataset takes text prompts only")
+        self.data_files = _as_file_list(data_files)
+        self.tokenizer = tokenizer
+        self.config = config
+        self.prompt_key = config.get("prompt_key", "prompt") or "prompt"
+        self.max_prompt_length = int(config.get("max_prompt_length", 1024))
+        self.truncation = config.get("truncation", "error") or "error"
+        self.filter_overlong_prompts = bool(config.get("filter_overlong_prompts", False))
+        self.num_workers = int(config.get("filter_overlong_prompts_workers", 1) or 1)
+        self.return_raw_chat = bool(config.get("return_raw_chat", False))
+        self.return_full_prompt = bool(config.get("return_full_prompt", False))
+        self.chat_kwargs = dict(_plain(config.get("apply_chat_template_kwargs", None)) or {})
+        if self.max_prompt_length < 1:
+            raise DataError(f"data.max_prompt_length must be >= 1, got {self.max_prompt_length}")
+        if self.truncation not in TRUNCATION_MODES:
+            raise DataError(f"unknown data.truncation {self.truncation!r}; known: {', '.join(TRUNCATION_MODES)}")
+        self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        if self.pad_token_id is None:
+            raise DataError("the tokenizer has neither a pad token nor an eos token to pad prompts with")
+
+        self.rows: list[dict] = []
+        self.origins: list[tuple[str, int]] = []
+        for path in self.data_files:
+            rows = read_rows(path)
+            for i, row in enumerate(rows):
+                if self.prompt_key not in row:
+                    raise DataError(
+                        f"data file {path} row {i}: no column {self.prompt_key!r} (data.prompt_key); "
+                        f"columns present: {sorted(row)}"
+                    )
+            self.rows.extend(rows)
+            self.origins.extend((path, i) for i in range(len(rows)))
+        self._check_lengths()
+
+    def _where(self, item: int) -> str:
+        path, row = self.origins[item]
+        return f"data file {path} row {row}: "
+
+    def _check_lengths(self) -> None:
+        """Drop overlong rows (filter_overlong_prompts), or with truncation=error find the
+        first one now rather than mid-training."""
+        if not (self.filter_overlong_prompts or self.truncation == "error"):
+            return
+        lengths = prompt_lengths(
+            self.tokenizer,
+            [(row[self.prompt_key], self._where(i)) for i, row in enumerate(self.rows)],
+            self.chat_kwargs,
+            self.num_workers,
+        )
+        keep = [i for i, n in enumerate(lengths) if n <= self.max_prompt_length]
+        if len(keep) == len(lengths):
+            return
+        if not self.filter_overlong_prompts:
+            first = next(i for i, n in enumerate(lengths) if n > self.max_prompt_length)
+            raise DataError(
+                f"{self._where(first)}prompt is {lengths[first]} tokens, longer than data.max_prompt_length="
+                f"{self.max_prompt_length} (data.truncation=error; {len(lengths) - len(keep)} of {len(lengths)} "
+                f"rows are too long): {_FIX_LENGTH}"
+            )
+        if not keep:
+            raise DataError(
+                f"all {len(lengths)} prompts of {self.data_files} are longer than data.max_prompt_length="
+                f"{self.max_prompt_length} (the longest has {max(lengths)} tokens)"
+            )
+        print(f"filter_overlong_prompts: dropped {len(lengths) - len(keep)} of {len(lengths)} rows over {self.max_prompt_length} tokens")
+        self.rows = [self.rows[i] for i in keep]
+        self.origins = [self.origins[i] for i in keep]
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, item: int) -> dict:
+        row = dict(self.rows[item])
+        prompt = row.pop(self.prompt_key)
+        where = self._where(item)
+        text = render_prompt(self.tokenizer, prompt, self.chat_kwargs, where)
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        ids = truncate_ids(ids, self.max_prompt_length, self.truncation, where)
+        input_ids, attention_mask, position_ids = left_pad(ids, self.max_prompt_length, self.pad_token_id)
+        row["input_ids"] = input_ids
+        row["attention_mask"] = attention_mask
+        row["position_ids"] = position_ids
+        row["raw_prompt_ids"] = ids
+        if self.return_raw_chat:
+            row["raw_prompt"] = prompt.tolist() if isinstance(prompt, np.ndarray) else prompt
+        if self.return_full_prompt:
+            row["full_prompts"] = text
+        extra_info = row.get("extra_info")
+        index = extra_info.get("index") if isinstance(extra_info, dict) else None
+        row["index"] = item if index is None else index
+        return row
+
+
+def collate_fn(data_list: list[dict]) -> dict:
+    """Tensors stacked on a new first dimension; everything else as a 1-D object array."""
+    if not data_list:
+        raise ValueError("collate_fn got an empty batch")
+    keys = list(data_list[0])
+    for i, item in enumerate(data_list[1:], start=1):
+        if list(item) != keys:
+            raise ValueError(f"batch item {i} has keys {sorted(item)}, item 0 has {sorted(keys)}")
+    out: dict = {}
+    for key in keys:
+        values = [item[key] for item in data_list]
+        if all(isinstance(v, torch.Tensor) for v in values):
+            out[key] = torch.stack(values, dim=0)
+        else:
+            # fromiter keeps lists and dicts as single objects instead of a 2-D array.
+            out[key] = np.fromiter(values, dtype=object, count=len(values))
+    return out
+
+
+def _load_class(path: str, name: str):
+    resolved = os.path.abspath(os.path.expanduser(path))
+    if not os.path.isfile(resolved):
+        raise FileNotFoundError(f"data.custom_cls.path: dataset file {path!r} not found (resolved to {resolved})")
+    module_name = "custom_dataset_" + hashlib.sha1(resolved.encode()).hexdigest()[:12]
+    spec = importlib.util.spec_from_file_location(module_name, resolved)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"data.custom_cls.path: cannot load {resolved} as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    # Registered so classes defined there pickle (DataLoader workers) and dataclasses work.
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:
+        del sys.modules[module_name]
+        raise ImportError(f"data.custom_cls.path: importing {resolved} failed: {type(e).__name__}: {e}") from e
+    if not hasattr(module, name):
+        classes = sorted(k for k, v in vars(module).items() if isinstance(v, type) and v.__module__ == module.__name__)
+        raise AttributeError(f"data.custom_cls.name: class {name!r} not found in {resolved}; classes there: {classes or 'none'}")
+    cls = getattr(module, name)
+    if not (isinstance(cls, type) and issubclass(cls, Dataset)):
+        raise TypeError(f"data.custom_cls: {name} in {resolved} must be a subclass of torch.utils.data.Dataset")
+    return cls
+
+
+def create_rl_dataset(data_paths, data_config, tokenizer, processor=None) -> Dataset:
+    """An RLHFDataset, or the user's class from `data.custom_cls.{path,name}` (same arguments)."""
+    custom = _plain(data_config.get("custom_cls", None)) or {}
+    cls = RLHFDataset
+    if custom.get("path"):
+        if not custom.get("name"):
+            raise ValueError(f"data.custom_cls.path is {custom['path']!r} but data.custom_cls.name is not set")
+        cls = _load_class(custom["path"], custom["name"])
+    return cls(data_files=data_paths, tokenizer=tokenizer, config=data_config, processor=processor)
+
+
+# ---- sampling and resumable loading ----------------------------------------------------
+
+
+class RLSampler(Sampler):
+    """Indices per epoch: a permutation seeded by (seed, epoch), or 0..n-1 in order.
+
+    Any epoch's order can be recomputed from the seed, which is what makes the loader's
+    state small.
+    """
+
+    def __init__(self, data_len: int, shuffle: bool = True, seed: int = 1):
+        self.data_len = int(data_len)
+        self.shuffle = bool(shuffle)
+        self.seed = int(seed)
+        self.epoch = 0
+
+    def indices_for_epoch(self, epoch: int) -> list[int]:
+        if not self.shuffle:
+            return list(range(self.data_len))
+        return np.random.default_rng([self.seed, int(epoch)]).permutation(self.data_len).tolist()
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.indices_for_epoch(self.epoch))
+
+    def __len__(self) -> int:
+        return self.data_len
+
+
+def create_rl_sampler(data_config, dataset) -> RLSampler:
+    seed = data_config.get("seed", 1)
+    return RLSampler(len(dataset), shuffle=bool(data_config.get("shuffle", True)), seed=1 if seed is None else seed)
+
+
+class StatefulDataLoader:
+    """Batches over epochs with `state_dict()`/`load_state_dict()`.
+
+    Iterating continues from the current position (epoch, batches consumed), and each
+    finished pass moves to the next epoch. A torch DataLoader does the loading underneath.
+    """
+
+    def __init__(self, dataset, batch_size: int, sampler: RLSampler, collate_fn=collate_fn, drop_last: bool = True, num_workers: int = 0):
+        if not hasattr(sampler, "indices_for_epoch"):
+            raise TypeError(f"the sampler must recompute any epoch's order (an RLSampler), got {type(sampler).__name__}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if drop_last and len(dataset) < batch_size:
+            raise ValueError(
+                f"the dataset has {len(dataset)} rows, fewer than one batch of {batch_size}; lower the batch size "
+                f"(data.train_batch_size) or add data"
+            )
+        self.dataset = dataset
+        self.batch_size = int(batch_size)
+        self.sampler = sampler
+        self.collate_fn = collate_fn
+        self.drop_last = drop_last
+        self.num_workers = int(num_workers)
+        self.epoch = 0
+        self.batches_consumed = 0
+        self._iterator_id = 0
+
+    def __len__(self) -> int:
+        n = len(self.dataset)
+        return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+
+    def __iter__(self):
+        self._iterator_id += 1
+        return self._iterate(self._iterator_id)
+
+    def _iterate(self, iterator_id: int):
+        if self.batches_consumed >= len(self):
+            self.epoch, self.batches_consumed = self.epoch + 1, 0
+        self.sampler.set_epoch(self.epoch)
+        indices = self.sampler.indices_for_epoch(self.epoch)[: len(self) * self.batch_size]
+        indices = indices[self.batches_consumed * self.batch_size :]
+        loader = DataLoader(
+            self.dataset,
+            batch_size=self.batch_size,
+            sampler=indices,
+            collate_fn=self.collate_fn,
+            drop_last=self.drop_last,
+            num_workers=self.num_workers,
+        )
+        for batch in loader:
+            # An older iterator resumed after a newer one started must not move the state.
+            if iterator_id != self._iterator_id:
+                return
+            self.batches_consumed += 1
+            yield batch
+        if iterator_id == self._iterator_id:
+            self.epoch, self.batches_consumed = self.epoch + 1, 0
+
+    def state_dict(self) -> dict:
+        return {
+            "epoch": self.epoch,
+            "batches_consumed": self.batches_consumed,
+            "seed": self.sampler.seed,
+            "shuffle": self.sampler.shuffle,
+            "batch_size": self.batch_size,
+            "dataset_len": len(self.dataset),
+            "drop_last": self.drop_last,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        for key, current in (("dataset_len", len(self.dataset)), ("batch_size", self.batch_size)):
+            if state[key] != current:
+                raise ValueError(
+                    f"the saved data loader state has {key}={state[key]}, this loader has {current}: the saved "
+                    f"position does not apply; resume with the same data and batch size, or start fresh "
+                    f"(trainer.resume_mode=disable)"
+                )
+        self.sampler.seed = int(state["seed"])
+        self.sampler.shuffle = bool(state["shuffle"])
+        self.epoch = int(state["epoch"])
+        self.batches_consumed = int(state["batches_consumed"])
+        self._iterator_id += 1  # iterators made before the load stop moving the state
+
+
+def create_dataloader(dataset, batch_size: int, sampler=None, collate_fn=collate_fn, drop_last: bool = True, num_workers: int = 0) -> StatefulDataLoader:
+    if sampler is None:
+        sampler = RLSampler(len(dataset), shuffle=False)
+    return StatefulDataLoader(dataset, batch_size, sampler, collate_fn=collate_fn, drop_last=drop_last, num_workers=num_workers)

@@ -1,0 +1,195 @@
+"""Loading the user's reward function and building the configured reward manager.
+
+`custom_reward_function.path/name` name a Python file and a function in it; the file is
+loaded and the function's signature checked when the trainer starts, so a wrong path, a
+missing or misspelled function or a signature that cannot take the reward arguments
+fails before any rollout, with the path and the function in the message.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import inspect
+import os
+import sys
+from typing import Any, Callable
+
+from .manager import get_reward_manager_cls
+from .scorers import default_compute_score
+
+# How a reward manager calls a per-sample function (keywords, as verl does) ...
+_SAMPLE_ARGS = {"data_source": "", "solution_str": "", "ground_truth": "", "extra_info": None}
+# ... and how the batch manager calls one (lists).
+_BATCH_ARGS = {"data_sources": [], "solution_strs": [], "ground_truths": [], "extra_infos": []}
+
+
+def _plain(value):
+    """A DictConfig/ListConfig as plain containers; other values unchanged."""
+    if hasattr(value, "_metadata") and hasattr(value, "_get_node"):
+        from omegaconf import OmegaConf
+
+        return OmegaConf.to_container(value, resolve=True)
+    return value
+
+
+def _section(config, key: str) -> dict:
+    section = config.get(key) if config is not None else None
+    return dict(_plain(section) or {})
+
+
+def _load_module(path: str):
+    resolved = os.path.abspath(os.path.expanduser(path))
+    if not os.path.isfile(resolved):
+        raise FileNotFoundError(
+            f"custom_reward_function.path: reward function file {path!r} not found (resolved to "
+            f"{resolved}, working directory {os.getcwd()})"
+        )
+    # One module per file, under a name derived from its path, so two reward files with
+    # the same base name do not replace each other in sys.modules.
+    digest = hashlib.sha1(resolved.encode()).hexdigest()[:12]
+    module_name = f"custom_reward_{digest}"
+    if module_name in sys.modules and getattr(sys.modules[module_name], "__file__", None) == resolved:
+        return sys.modules[module_name], resolved
+    spec = importlib.util.spec_from_file_location(module_name, resolved)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"custom_reward_function.path: cannot load {resolved} as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:
+        del sys.modules[module_name]
+        raise ImportError(f"custom_reward_function.path: importing {resolved} failed: {type(e).__name__}: {e}") from e
+    return module, resolved
+
+
+class CustomRewardFunction:
+    """`name` from the file at `path`, with `reward_kwargs` bound (functools.partial).
+
+    It pickles as (path, name, kwargs) and loads the file again on the other side, so a
+    process pool or a Ray actor can call it even though the file is not an importable
+    module there.
+    """
+
+    def __init__(self, path: str, name: str, reward_kwargs: dict | None = None):
+        self.path = path
+        self.name = name
+        self.reward_kwargs = dict(reward_kwargs or {})
+        module, self.resolved_path = _load_module(path)
+        if not hasattr(module, name):
+            defined = sorted(
+                k for k, v in vars(module).items() if callable(v) and getattr(v, "__module__", None) == module.__name__
+            )
+            raise AttributeError(
+                f"custom_reward_function.name: reward function {name!r} not found in {self.resolved_path}; "
+                f"functions defined there: {defined or 'none'}"
+            )
+        raw = getattr(module, name)
+        if not callable(raw):
+            raise TypeError(
+                f"custom_reward_function.name: {name!r} in {self.resolved_path} is a {type(raw).__name__}, "
+                f"not a function"
+            )
+        self.fn = functools.partial(raw, **self.reward_kwargs)
+
+    def describe(self) -> str:
+        return f"{self.name} in {self.resolved_path}"
+
+    def __call__(self, *args, **kwargs):
+        return self.fn(*args, **kwargs)
+
+    def __reduce__(self):
+        return (CustomRewardFunction, (self.resolved_path, self.name, self.reward_kwargs))
+
+    def __repr__(self) -> str:
+        return f"CustomRewardFunction({self.describe()!r}, reward_kwargs={self.reward_kwargs})"
+
+
+def describe_callable(fn: Callable) -> str:
+    """A name and a file for messages about `fn`."""
+    if hasattr(fn, "describe"):
+        return fn.describe()
+    inner = fn
+    while isinstance(inner, functools.partial):
+        inner = inner.func
+    name = getattr(inner, "__qualname__", None) or repr(inner)
+    source = inspect.getsourcefile(inner) if inspect.isfunction(inner) else None
+    return f"{name} in {source}" if source else f"{getattr(inner, '__module__', '?')}.{name}"
+
+
+def check_reward_signature(fn: Callable, batch: bool = False, extra_kwargs: dict | None = None) -> None:
+    """Raise TypeError, naming the function, when `fn` cannot be called the way a reward
+    manager calls it (per sample, or with lists for the batch manager)."""
+    call = dict(_BATCH_ARGS if batch else _SAMPLE_ARGS)
+    call.update(extra_kwargs or {})
+    # Check the underlying function with the bound arguments added: inspect.signature of
+    # a partial with a bad keyword raises before it can say which keyword is wrong.
+    target = fn.fn if isinstance(fn, CustomRewardFunction) else fn
+    bound_args: tuple = ()
+    bound_kwargs: dict = {}
+    while isinstance(target, functools.partial):
+        bound_args = target.args + bound_args
+        bound_kwargs = {**target.keywords, **bound_kwargs}
+        target = target.func
+    try:
+        signature = inspect.signature(target)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"reward function {describe_callable(fn)} has no inspectable signature: {e}") from e
+    try:
+        signature.bind(*bound_args, **{**bound_kwargs, **call})
+    except TypeError as e:
+        shown = list(call) + [f"{k}=..." for k in bound_kwargs if k not in call]
+        raise TypeError(
+            f"reward function {describe_callable(fn)} cannot be called as f({', '.join(shown)}): {e}. "
+            f"Its signature is {signature}."
+        ) from e
+
+
+def get_custom_reward_fn(config) -> CustomRewardFunction | None:
+    """The function named by `custom_reward_function.path/name`, or None when no path is set."""
+    section = _section(config, "custom_reward_function")
+    path = section.get("path")
+    if not path:
+        return None
+    name = section.get("name") or "compute_score"
+    fn = CustomRewardFunction(path, name, section.get("reward_kwargs") or {})
+    manager = _section(config, "reward_model").get("reward_manager") or "naive"
+    check_reward_signature(fn, batch=(manager == "batch"))
+    print(f"using custom reward function {fn.describe()}")
+    return fn
+
+
+def load_reward_manager(config, tokenizer, num_examine: int, **reward_kwargs: Any):
+    """The manager named by `reward_model.reward_manager`, scoring with the custom reward
+    function when one is set and with `default_compute_score` otherwise.
+
+    Manager arguments come from `reward_model.reward_kwargs`, overridden by `reward_kwargs`.
+    """
+    reward_model = _section(config, "reward_model")
+    name = reward_model.get("reward_manager") or "naive"
+    manager_cls = get_reward_manager_cls(name)
+    if reward_model.get("sandbox_fusion"):
+        raise ValueError(
+            "reward_model.sandbox_fusion is set, but hybrid has no sandbox code execution; "
+            "set it to null and score code with a custom_reward_function"
+        )
+    kwargs = dict(reward_model.get("reward_kwargs") or {})
+    kwargs.update({k: _plain(v) for k, v in reward_kwargs.items()})
+    compute_score = get_custom_reward_fn(config)
+    if compute_score is not None:
+        # Keys no manager knows are passed on to the function; check it takes them now.
+        passed_on = {k: v for k, v in kwargs.items() if k not in manager_cls.manager_kwargs()}
+        if passed_on:
+            check_reward_signature(compute_score, batch=(name == "batch"), extra_kwargs=passed_on)
+    elif name != "batch":
+        compute_score = default_compute_score
+    reward_fn_key = _section(config, "data").get("reward_fn_key") or "data_source"
+    return manager_cls(
+        tokenizer=tokenizer,
+        num_examine=num_examine,
+        compute_score=compute_score,
+        reward_fn_key=reward_fn_key,
+        **kwargs,
+    )
