@@ -22,12 +22,14 @@ from typing import Sequence
 import numpy as np
 
 DATA_SOURCE = "arithmetic"
-INSTRUCTION = "Give the final answer as a number."
+# Greedy SmolLM2-135M-Instruct on 32 held-out questions: "Reply with only the number."
+# 72% single-digit / 16% two-digit addition; "Give the final answer as a number." 78% / 3%.
+INSTRUCTION = "Reply with only the number."
 OPS = ("+", "-", "*")
 PARAMS_FILE = "arithmetic_params.json"
 # Bumped whenever the rows produced for the same parameters change, so cached files from
 # an older version are rewritten rather than reused.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 # The default job: single- and two-digit addition, sized for a 2-core CPU run.
 DEFAULT_MIX = {"digits": (1, 2), "ops": ("+",)}
