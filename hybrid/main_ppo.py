@@ -9,6 +9,7 @@ errors end the process with status 2 and the message, without a traceback.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import NoReturn
 
@@ -74,6 +75,8 @@ def prepare_command_line(argv: list[str]) -> list[str]:
 
 
 def cli() -> None:
+    # Before torch loads: vLLM's CPU backend drops to one thread unless this is set.
+    os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
     register_resolvers()
     try:
         sys.argv[1:] = prepare_command_line(sys.argv[1:])

@@ -35,8 +35,9 @@ def build_tiny_model_dir(out_dir, tokenizer, seed: int = 0, tie_word_embeddings:
         hidden_size=64,
         intermediate_size=128,
         num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        # head size 32: the smallest the vLLM CPU attention backend supports
+        num_attention_heads=2,
+        num_key_value_heads=1,
         max_position_embeddings=512,
         tie_word_embeddings=tie_word_embeddings,
         bos_token_id=tokenizer.bos_token_id,

@@ -74,3 +74,8 @@ def require_cuda(feature: str) -> None:
         raise RuntimeError(
             f"{feature} needs a CUDA GPU and none is visible; set it to false on this machine"
         )
+
+
+def host_device() -> torch.device:
+    """Where offloaded state lives between phases."""
+    return torch.device("cpu")

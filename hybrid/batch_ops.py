@@ -1,0 +1,97 @@
+"""Driver-side operations on a step's batch, between the workers' calls: prompt uids,
+balancing tokens across ranks, the advantage computation, and DAPO group filtering."""
+
+from __future__ import annotations
+
+import heapq
+import uuid
+
+import numpy as np
+import torch
+
+from hybrid.core_algos import AdvantageEstimator, get_adv_estimator_fn
+from protocol.data_proto import DataProto
+
+
+def assign_uids(batch: DataProto) -> None:
+    """One uid per prompt; the n samples of a prompt share it after repeat(interleave)."""
+    batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
+
+
+def balance_order(seq_lens: list[int], num_partitions: int) -> list[int]:
+    """A permutation whose `num_partitions` contiguous equal-size chunks have similar token sums.
+
+    Longest first onto the lightest partition that still has room; every partition gets
+    exactly len/num_partitions samples, so the chunks the dispatcher cuts stay aligned.
+    """
+    n = len(seq_lens)
+    if num_partitions <= 1 or n % num_partitions:
+        return list(range(n))
+    capacity = n // num_partitions
+    heap = [(0, p) for p in range(num_partitions)]
+    members: list[list[int]] = [[] for _ in range(num_partitions)]
+    for idx in sorted(range(n), key=lambda i: -seq_lens[i]):
+        load, p = heapq.heappop(heap)
+        members[p].append(idx)
+        if len(members[p]) < capacity:  # a full partition leaves the heap for good
+            heapq.heappush(heap, (load + seq_lens[idx], p))
+    return [i for p in range(num_partitions) for i in sorted(members[p])]
+
+
+def balance_batch(batch: DataProto, world_size: int) -> dict[str, float]:
+    """Reorder in place so every rank gets about the same number of tokens."""
+    seq_lens = batch.batch["attention_mask"].sum(-1).tolist()
+    order = balance_order(seq_lens, world_size)
+    batch.reorder(torch.tensor(order))
+    chunk = len(order) // max(world_size, 1)
+    loads = [sum(seq_lens[i] for i in order[r * chunk:(r + 1) * chunk]) for r in range(world_size)]
+    return {"perf/balance_max_min_ratio": max(loads) / max(min(loads), 1)} if world_size > 1 else {}
+
+
+def compute_advantage(batch: DataProto, algorithm_config) -> None:
+    """Fill `advantages` and `returns` with the configured estimator."""
+    name = algorithm_config.adv_estimator
+    fn = get_adv_estimator_fn(name)
+    tensors = batch.batch
+    kwargs = dict(
+        token_level_rewards=tensors["token_level_rewards"],
+        response_mask=tensors["response_mask"],
+        index=batch.non_tensor_batch["uid"],
+        config=algorithm_config,
+    )
+    if name == AdvantageEstimator.GAE.value:
+        kwargs.update(values=tensors["values"], gamma=float(algorithm_config.gamma), lam=float(algorithm_config.lam))
+    if name == AdvantageEstimator.GRPO.value:
+        kwargs["norm_adv_by_std_in_grpo"] = bool(algorithm_config.get("norm_adv_by_std_in_grpo", True))
+    if name == AdvantageEstimator.REMAX.value:
+        kwargs["reward_baselines"] = tensors["reward_baselines"]
+    advantages, returns = fn(**kwargs)
+    tensors["advantages"] = advantages
+    tensors["returns"] = returns
+
+
+def group_metric_values(batch: DataProto, metric: str, extra_info: dict) -> np.ndarray:
+    if metric in ("seq_reward", "score"):
+        return batch.batch["token_level_scores"].sum(-1).numpy()
+    if metric == "seq_final_reward":
+        return batch.batch["token_level_rewards"].sum(-1).numpy()
+    if metric in extra_info:
+        return np.asarray(extra_info[metric], dtype=float)
+    if metric == "acc":  # scorers without an `acc` key: a positive score counts as correct
+        return (batch.batch["token_level_scores"].sum(-1) > 0).float().numpy()
+    raise KeyError(
+        f"algorithm.filter_groups.metric={metric!r} is neither a reward extra-info key "
+        f"({sorted(extra_info)}) nor one of acc, score, seq_reward, seq_final_reward"
+    )
+
+
+def kept_group_indices(uids: np.ndarray, values: np.ndarray) -> list[int]:
+    """Rows of the groups whose metric varies (a group all right or all wrong teaches nothing)."""
+    by_uid: dict[str, list[int]] = {}
+    for i, uid in enumerate(uids):
+        by_uid.setdefault(uid, []).append(i)
+    keep = []
+    for rows in by_uid.values():
+        if len(rows) == 1 or np.std(values[rows]) > 0:
+            keep.extend(rows)
+    return sorted(keep)

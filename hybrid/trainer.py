@@ -1,0 +1,390 @@
+"""PPOTrainer.fit: the single controller. One step, as data (shared/DESIGN.md):
+
+rollout (n samples per prompt, uid per prompt) -> reward -> old log-probs -> reference
+log-probs (when KL is used) -> values (GAE) -> KL in reward -> advantages on the driver ->
+critic update -> actor update (after critic_warmup) -> metrics -> validation every
+`test_freq` -> checkpoint every `save_freq`.
+
+The driver never touches weights; every call to a worker group carries a DataProto.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+
+import numpy as np
+import torch
+from omegaconf import OmegaConf, open_dict
+from tqdm import tqdm
+
+from hybrid.batch_ops import (
+    assign_uids,
+    balance_batch,
+    compute_advantage,
+    group_metric_values,
+    kept_group_indices,
+)
+from hybrid.core_algos import agg_loss, get_kl_controller, kl_in_reward
+from hybrid.metrics import (
+    compute_data_metrics,
+    compute_throughput_metrics,
+    compute_timing_metrics,
+    process_validation_metrics,
+)
+from hybrid.roles import build_worker_groups, use_critic, use_reference_policy, world_size
+from hybrid.tracking import Tracking, ValidationGenerationsLogger
+from protocol.data_proto import DataProto, pad_dataproto_to_divisor
+
+GEN_KEYS = ["input_ids", "attention_mask", "position_ids"]
+
+
+@contextmanager
+def timed(name: str, timing: dict):
+    start = time.perf_counter()
+    yield
+    timing[name] = timing.get(name, 0.0) + time.perf_counter() - start
+
+
+def _worker_timing(output: DataProto, timing: dict) -> None:
+    for name, seconds in output.meta_info.pop("timing", {}).items():
+        if name == "update_weights":
+            timing[name] = timing.get(name, 0.0) + seconds
+
+
+class PPOTrainer:
+    def __init__(self, config, tokenizer, train_dataloader, val_dataloader, reward_fn, val_reward_fn, groups=None):
+        self.config = config
+        self.tokenizer = tokenizer
+        self.train_dataloader = train_dataloader
+        self.val_dataloader = val_dataloader
+        self.reward_fn = reward_fn
+        self.val_reward_fn = val_reward_fn
+        self.use_critic = use_critic(config)
+        self.use_reference_policy = use_reference_policy(config)
+        self.use_rm = bool(config.reward_model.enable)
+        self.world_size = world_size(config)
+        self.kl_ctrl = get_kl_controller(config.algorithm.kl_ctrl) if config.algorithm.use_kl_in_reward else None
+        self.total_training_steps = self._total_training_steps()
+        with open_dict(config):
+            config.actor_rollout_ref.actor.optim.total_training_steps = self.total_training_steps
+            config.critic.optim.total_training_steps = self.total_training_steps
+        self.global_steps = 0
+        self.groups = groups
+        self.history: list[dict] = []
+
+    def _total_training_steps(self) -> int:
+        explicit = self.config.trainer.get("total_training_steps")
+        if explicit:
+            return int(explicit)
+        return len(self.train_dataloader) * int(self.config.trainer.total_epochs)
+
+    # ------------------------------------------------------------------ workers
+    def init_workers(self) -> None:
+        if self.groups is None:
+            self.groups = build_worker_groups(self.config)
+        self.actor_rollout_wg = self.groups["actor_rollout"]
+        self.critic_wg = self.groups.get("critic")
+        self.rm_wg = self.groups.get("rm")
+        if self.critic_wg is not None:
+            self.critic_wg.init_model()
+        if self.rm_wg is not None:
+            self.rm_wg.init_model()
+        self.actor_rollout_wg.init_model()
+
+    def shutdown(self) -> None:
+        for key in ("actor_rollout", "critic", "rm"):
+            group = (self.groups or {}).get(key)
+            if group is not None:
+                group.shutdown()
+        pool = (self.groups or {}).get("pool")
+        if pool is not None:
+            pool.remove()
+
+    # ------------------------------------------------------------------ pieces
+    def _generate(self, gen_batch: DataProto) -> DataProto:
+        """Pad the prompts to the world size, generate, and drop the padding's samples."""
+        padded, pad = pad_dataproto_to_divisor(gen_batch, self.world_size)
+        output = self.actor_rollout_wg.generate_sequences(padded)
+        if pad:
+            n = int(output.meta_info.get("n", len(output) // len(padded)))
+            output = output[: len(output) - pad * n]
+        return output
+
+    def _score(self, batch: DataProto, reward_fn) -> tuple[torch.Tensor, dict]:
+        result = reward_fn(batch, return_dict=True)
+        scores = result["reward_tensor"]
+        extra = dict(result.get("reward_extra_info", {}))
+        if self.use_rm:
+            rm = self.rm_wg.compute_rm_score(batch).batch["rm_scores"]
+            combine = self.config.reward_model.get("combine", "sum")
+            scores = rm if combine == "rm_only" else scores + rm
+            extra["rm_score"] = rm.sum(-1).tolist()
+        return scores, extra
+
+    def _rollout_and_score(self, batch: DataProto, timing: dict) -> tuple[DataProto, dict]:
+        n = int(self.config.actor_rollout_ref.rollout.n)
+        assign_uids(batch)
+        gen_batch = batch.pop(batch_keys=GEN_KEYS)
+        gen_batch.meta_info.update({"do_sample": True})
+        with timed("gen", timing):
+            gen_out = self._generate(gen_batch)
+        _worker_timing(gen_out, timing)
+        if self.config.algorithm.adv_estimator == "remax":
+            with timed("gen_max", timing):
+                greedy = gen_batch.select(batch_keys=GEN_KEYS)
+                greedy.meta_info["do_sample"] = False
+                base = batch.union(self._generate(greedy))
+                base_scores, _ = self._score(base, self.reward_fn)
+                baselines = base_scores.sum(-1)
+        batch = batch.repeat(repeat_times=n, interleave=True).union(gen_out)
+        if self.config.algorithm.adv_estimator == "remax":
+            batch.batch["reward_baselines"] = baselines.repeat_interleave(n)
+        with timed("reward", timing):
+            scores, extra = self._score(batch, self.reward_fn)
+        batch.batch["token_level_scores"] = scores
+        return batch, extra
+
+    def _filtered_batch(self, batch_iter, timing: dict, metrics: dict) -> DataProto | None:
+        """DAPO dynamic sampling: keep groups whose metric varies; generate more until full."""
+        cfg = self.config.algorithm.filter_groups
+        n = int(self.config.actor_rollout_ref.rollout.n)
+        want = int(self.config.data.train_batch_size) * n
+        kept: list[DataProto] = []
+        num_gen, kept_rows = 0, 0
+        current = next(batch_iter, None)
+        while current is not None:
+            batch, extra = self._rollout_and_score(current, timing)
+            num_gen += 1
+            values = group_metric_values(batch, cfg.metric, extra)
+            keep = kept_group_indices(batch.non_tensor_batch["uid"], values)
+            metrics["train/num_gen_batches"] = num_gen
+            if keep:
+                kept.append(batch.select_idxs(keep))
+                kept_rows += len(keep)
+            limit = int(cfg.get("max_num_gen_batches", 0) or 0)
+            if kept_rows >= want or (limit and num_gen >= limit):
+                break
+            current = next(batch_iter, None)
+        if not kept:
+            return None
+        merged = DataProto.concat(kept)
+        usable = min(len(merged), want)
+        usable -= usable % (n * self.world_size) if usable >= n * self.world_size else 0
+        metrics["train/kept_group_fraction"] = kept_rows / max(num_gen * want, 1)
+        return merged[:usable] if usable else None
+
+    # ------------------------------------------------------------------ one step
+    def train_step(self, batch: DataProto, batch_iter, metrics: dict, timing: dict) -> DataProto | None:
+        cfg = self.config
+        if cfg.algorithm.filter_groups.get("enable", False):
+            batch = self._filtered_batch(_chain(batch, batch_iter or iter(())), timing, metrics)
+            if batch is None:
+                return None
+        else:
+            batch, _ = self._rollout_and_score(batch, timing)
+        batch.meta_info["global_steps"] = self.global_steps
+        if cfg.trainer.get("balance_batch", True):
+            metrics.update(balance_batch(batch, self.world_size))
+
+        with timed("old_log_prob", timing):
+            old = self.actor_rollout_wg.compute_log_prob(batch)
+        entropys = old.batch.pop("entropys")
+        metrics["actor/entropy"] = float(agg_loss(entropys, batch.batch["response_mask"], cfg.actor_rollout_ref.actor.loss_agg_mode))
+        old.meta_info.pop("timing", None)
+        batch = batch.union(old)
+
+        if self.use_reference_policy:
+            with timed("ref", timing):
+                batch = batch.union(self.actor_rollout_wg.compute_ref_log_prob(batch))
+        if self.use_critic:
+            with timed("values", timing):
+                batch = batch.union(self.critic_wg.compute_values(batch))
+
+        with timed("adv", timing):
+            if cfg.algorithm.use_kl_in_reward:
+                rewards, kl_metrics = kl_in_reward(
+                    batch.batch["token_level_scores"], batch.batch["old_log_probs"], batch.batch["ref_log_prob"],
+                    batch.batch["response_mask"], self.kl_ctrl, cfg.algorithm.kl_penalty,
+                )
+                batch.batch["token_level_rewards"] = rewards
+                metrics.update(kl_metrics)
+            else:
+                batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
+            compute_advantage(batch, cfg.algorithm)
+
+        if self.use_critic:
+            with timed("update_critic", timing):
+                batch.meta_info["rollout_n"] = int(cfg.actor_rollout_ref.rollout.n)
+                critic_out = self.critic_wg.update_critic(batch)
+            metrics.update(critic_out.meta_info["metrics"])
+        if self.global_steps > int(cfg.trainer.get("critic_warmup", 0)) or not self.use_critic:
+            with timed("update_actor", timing):
+                actor_out = self.actor_rollout_wg.update_actor(batch)
+            metrics.update(actor_out.meta_info["metrics"])
+        return batch
+
+    # ------------------------------------------------------------------ validation
+    def validate(self) -> dict[str, float]:
+        if self.val_dataloader is None or self.val_reward_fn is None:
+            return {}
+        data_sources, prompts_seen, scores, samples = [], [], [], []
+        val_kwargs = self.config.actor_rollout_ref.rollout.val_kwargs
+        for batch_dict in self.val_dataloader:
+            batch = DataProto.from_single_dict(batch_dict)
+            gen_batch = batch.pop(batch_keys=GEN_KEYS)
+            gen_batch.meta_info.update({"validate": True, "do_sample": bool(val_kwargs.get("do_sample", False))})
+            out = self._generate(gen_batch)
+            n = int(out.meta_info.get("n", 1))
+            batch = batch.repeat(repeat_times=n, interleave=True).union(out)
+            result = self.val_reward_fn(batch, return_dict=True)
+            seq_scores = result["reward_tensor"].sum(-1).tolist()
+            scores.extend(seq_scores)
+            data_sources.extend(batch.non_tensor_batch.get("data_source", np.array(["unknown"] * len(batch), dtype=object)).tolist())
+            prompt_texts = self.tokenizer.batch_decode(batch.batch["prompts"], skip_special_tokens=True)
+            prompts_seen.extend(prompt_texts)
+            if len(samples) < int(self.config.trainer.get("log_val_generations", 0)):
+                responses = self.tokenizer.batch_decode(batch.batch["responses"], skip_special_tokens=True)
+                samples.extend(zip(prompt_texts, responses, seq_scores))
+        metrics = process_validation_metrics(np.array(data_sources, dtype=object), np.array(prompts_seen, dtype=object), {"reward": scores}, None)
+        k = int(self.config.trainer.get("log_val_generations", 0))
+        if k and samples:
+            self.val_logger.log(self.config.trainer.logger, samples[:k], self.global_steps)
+        return metrics
+
+    # ------------------------------------------------------------------ loop
+    def fit(self) -> dict:
+        cfg = self.config
+        self.tracker = Tracking(
+            project_name=cfg.trainer.project_name,
+            experiment_name=cfg.trainer.experiment_name,
+            default_backend=list(cfg.trainer.logger),
+            config=cfg,
+            local_dir=cfg.trainer.default_local_dir,
+        )
+        self.val_logger = ValidationGenerationsLogger(local_dir=cfg.trainer.default_local_dir)
+        first_val = last_val = {}
+        if cfg.trainer.get("val_before_train", True) and self.val_dataloader is not None:
+            first_val = last_val = self.validate()
+            self.tracker.log(first_val, step=self.global_steps)
+            if cfg.trainer.get("val_only", False):
+                return {"val_before": first_val}
+        progress = tqdm(total=self.total_training_steps, initial=self.global_steps, desc="training", unit="step", dynamic_ncols=True)
+        self.global_steps += 1
+        done = False
+        for _epoch in range(int(cfg.trainer.total_epochs) if not cfg.trainer.get("total_training_steps") else 10**9):
+            batch_iter = iter(self.train_dataloader)
+            for batch_dict in batch_iter:
+                metrics: dict[str, float] = {}
+                timing: dict[str, float] = {}
+                with timed("step", timing):
+                    batch = DataProto.from_single_dict(batch_dict)
+                    batch = self.train_step(batch, _dict_iter(batch_iter), metrics, timing)
+                if batch is None:
+                    continue
+                metrics.update(compute_data_metrics(batch, use_critic=self.use_critic))
+                metrics.update(compute_timing_metrics(batch, timing))
+                metrics.update(compute_throughput_metrics(batch, timing, self.world_size))
+                last_step = self.global_steps >= self.total_training_steps
+                test_freq = int(cfg.trainer.get("test_freq", -1) or -1)
+                if self.val_dataloader is not None and test_freq > 0 and (self.global_steps % test_freq == 0 or last_step):
+                    with timed("testing", timing):
+                        last_val = self.validate()
+                    metrics.update(last_val)
+                    metrics["timing_s/testing"] = timing["testing"]
+                self.tracker.log(metrics, step=self.global_steps)
+                self.history.append({"step": self.global_steps, **metrics})
+                self.after_step(metrics)
+                progress.update(1)
+                if last_step:
+                    done = True
+                    break
+                self.global_steps += 1
+            if done:
+                break
+        progress.close()
+        self.tracker.finish()
+        return {"val_before": first_val, "val_after": last_val, "steps": self.global_steps}
+
+    def after_step(self, metrics: dict) -> None:
+        """Hook for checkpointing (save_freq) — see hybrid.checkpointing."""
+
+
+def _dict_iter(batch_iter):
+    for batch_dict in batch_iter:
+        yield DataProto.from_single_dict(batch_dict)
+
+
+def _chain(first: DataProto, rest):
+    yield first
+    yield from rest
+
+
+def build_dataloaders(config, tokenizer):
+    from hybrid.data import RLHFDataset, collate_fn, create_dataloader, create_rl_sampler
+
+    train_ds = RLHFDataset(config.data.train_files, tokenizer, config.data)
+    train_dl = create_dataloader(
+        train_ds, int(config.data.train_batch_size), create_rl_sampler(config.data, train_ds), collate_fn, drop_last=True
+    )
+    val_dl = None
+    if config.data.get("val_files"):
+        val_ds = RLHFDataset(config.data.val_files, tokenizer, config.data)
+        val_bsz = config.data.get("val_batch_size") or len(val_ds)
+        val_dl = create_dataloader(val_ds, int(val_bsz), None, collate_fn, drop_last=False)
+    return train_dl, val_dl
+
+
+def run_ppo(config) -> dict:
+    """Everything `python -m hybrid.main_ppo` does after validation."""
+    import os
+    import random
+
+    from transformers import AutoTokenizer
+
+    from hybrid.defaults import register_resolvers
+    from reward.loader import load_reward_manager
+
+    register_resolvers()
+    OmegaConf.resolve(config)  # prepares the default model and data when the config names them
+    seed = int(config.trainer.get("seed", 1))
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    started = time.time()
+    model_cfg = config.actor_rollout_ref.model
+    tokenizer = AutoTokenizer.from_pretrained(
+        model_cfg.get("tokenizer_path") or model_cfg.path, trust_remote_code=bool(model_cfg.get("trust_remote_code", False))
+    )
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    # Reward functions load (and fail) before any model does.
+    reward_fn = load_reward_manager(config, tokenizer, num_examine=0)
+    val_reward_fn = load_reward_manager(config, tokenizer, num_examine=1)
+    train_dl, val_dl = build_dataloaders(config, tokenizer)
+    os.makedirs(config.trainer.default_local_dir, exist_ok=True)
+    trainer = PPOTrainer(config, tokenizer, train_dl, val_dl, reward_fn, val_reward_fn)
+    try:
+        trainer.init_workers()
+        result = trainer.fit()
+    finally:
+        trainer.shutdown()
+    result["minutes"] = (time.time() - started) / 60
+    print_summary(config, result)
+    return result
+
+
+def _val_score(metrics: dict) -> float | None:
+    keys = [k for k in metrics if k.startswith("val-core/") and k.endswith("/mean@1")]
+    return float(np.mean([metrics[k] for k in keys])) if keys else None
+
+
+def print_summary(config, result: dict) -> None:
+    before, after = _val_score(result.get("val_before") or {}), _val_score(result.get("val_after") or {})
+    lines = [f"hybrid: finished {result.get('steps', 0)} steps in {result['minutes']:.1f} min"]
+    if before is not None:
+        lines.append(f"  validation accuracy (greedy): before {before:.3f}" + (f" -> after {after:.3f}" if after is not None else ""))
+    lines.append(f"  metrics: {os.path.join(config.trainer.default_local_dir, 'metrics.jsonl')}")
+    print("\n".join(lines), flush=True)

@@ -1,0 +1,87 @@
+"""Shared pieces of the hybrid-engine tests: configs for tiny models and prompt batches."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from protocol.data_proto import DataProto
+
+PROMPTS = [
+    "What is 2 + 3?",
+    "Name a colour.",
+    "Count to five.",
+    "What is the capital of France?",
+]
+
+
+def engine_config(model_dir: str, *extra: str, n: int = 2, response_length: int = 12):
+    from hybrid.config import load_config
+
+    overrides = [
+        f"actor_rollout_ref.model.path={model_dir}",
+        f"actor_rollout_ref.rollout.n={n}",
+        f"data.max_response_length={response_length}",
+        "data.max_prompt_length=32",
+        "data.train_batch_size=4",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4",
+        "actor_rollout_ref.rollout.max_num_batched_tokens=512",
+        "actor_rollout_ref.actor.optim.lr=1e-3",
+        "actor_rollout_ref.actor.fsdp_config.mixed_precision=fp32",
+        "actor_rollout_ref.rollout.dtype=float32",
+        "actor_rollout_ref.rollout.cpu_kvcache_space_gb=1",
+        *extra,
+    ]
+    return load_config(overrides)
+
+
+def prompt_batch(tokenizer, texts=PROMPTS, max_len: int = 32) -> DataProto:
+    rows = [
+        tokenizer.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True, tokenize=True)
+        for t in texts
+    ]
+    rows = [list(r["input_ids"]) if hasattr(r, "keys") else list(r) for r in rows]
+    ids = torch.full((len(rows), max_len), tokenizer.pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), max_len), dtype=torch.long)
+    for i, r in enumerate(rows):
+        r = r[-max_len:]
+        ids[i, max_len - len(r):] = torch.tensor(r)
+        mask[i, max_len - len(r):] = 1
+    pos = torch.clamp(mask.cumsum(-1) - 1, min=0)
+    return DataProto.from_dict(
+        tensors={"input_ids": ids, "attention_mask": mask, "position_ids": pos},
+        non_tensors={"raw_text": np.array(list(texts), dtype=object)},
+    )
+
+
+def with_advantages(batch: DataProto, seed: int = 0) -> DataProto:
+    """Attach old log-probs and random per-sequence advantages for an update."""
+    gen = torch.Generator().manual_seed(seed)
+    adv = torch.randn(len(batch), 1, generator=gen).expand_as(batch.batch["response_mask"]).clone()
+    batch.batch["advantages"] = adv * batch.batch["response_mask"]
+    return batch
+
+
+def synthetic_rollout(tokenizer, n: int = 2, response_length: int = 12, seed: int = 0) -> DataProto:
+    """A rollout-shaped batch (no engine needed): random responses of different lengths."""
+    prompts = prompt_batch(tokenizer).repeat(repeat_times=n, interleave=True)
+    gen = torch.Generator().manual_seed(seed)
+    batch = len(prompts)
+    responses = torch.randint(0, 1000, (batch, response_length), generator=gen)
+    lengths = torch.randint(3, response_length + 1, (batch,), generator=gen)
+    response_mask = (torch.arange(response_length).unsqueeze(0) < lengths.unsqueeze(1)).long()
+    responses = torch.where(response_mask.bool(), responses, torch.full_like(responses, tokenizer.pad_token_id))
+    p_ids, p_mask, p_pos = (prompts.batch[k] for k in ("input_ids", "attention_mask", "position_ids"))
+    r_pos = p_pos[:, -1:] + torch.arange(1, response_length + 1).unsqueeze(0)
+    tensors = {
+        "prompts": p_ids,
+        "responses": responses,
+        "input_ids": torch.cat([p_ids, responses], -1),
+        "attention_mask": torch.cat([p_mask, response_mask], -1),
+        "position_ids": torch.cat([p_pos, r_pos], -1),
+        "response_mask": response_mask,
+    }
+    return with_advantages(DataProto.from_dict(tensors=tensors), seed=seed)

@@ -1,0 +1,67 @@
+"""Splitting a rank's batch into micro-batches, and packing sequences without padding.
+
+`split_by_count` keeps order; `split_by_token_budget` (use_dynamic_bsz) groups samples so
+that each micro-batch holds at most `max_token_len` real tokens and returns the
+permutation needed to put results back in the original order. `pack` / `unpack_*` turn a
+left/right padded batch into one row of concatenated sequences whose position ids restart
+at 0 — transformers then masks attention per sequence (use_remove_padding).
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import torch
+
+
+def split_by_count(batch_size: int, micro_batch_size: int) -> list[list[int]]:
+    return [list(range(i, min(i + micro_batch_size, batch_size))) for i in range(0, batch_size, micro_batch_size)]
+
+
+def split_by_token_budget(seq_lens: list[int], max_token_len: int, same_count_as: int | None = None) -> list[list[int]]:
+    """Balanced partition of samples into the fewest micro-batches under a token budget.
+
+    Longest-first onto the currently lightest bin (a greedy Karmarkar-Karp-like rule);
+    a single sample longer than the budget gets a micro-batch of its own. With
+    `same_count_as`, at least that many bins are used (ranks must run the same number of
+    forward passes only when they synchronise inside the model, which FSDP2 does).
+    """
+    if not seq_lens:
+        return []
+    total = sum(seq_lens)
+    num_bins = max(-(-total // max_token_len), 1)
+    if same_count_as is not None:
+        num_bins = max(num_bins, same_count_as)
+    num_bins = min(num_bins, len(seq_lens))
+    while True:
+        bins: list[tuple[int, int]] = [(0, b) for b in range(num_bins)]
+        members: list[list[int]] = [[] for _ in range(num_bins)]
+        order = sorted(range(len(seq_lens)), key=lambda i: -seq_lens[i])
+        for idx in order:
+            load, b = heapq.heappop(bins)
+            members[b].append(idx)
+            heapq.heappush(bins, (load + seq_lens[idx], b))
+        overfull = any(
+            sum(seq_lens[i] for i in m) > max_token_len and len(m) > 1 for m in members
+        )
+        if not overfull or num_bins == len(seq_lens):
+            return [sorted(m) for m in members if m]
+        num_bins += 1
+
+
+def pack(input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor):
+    """Concatenate the real tokens of every row into one row.
+
+    Returns packed (1, T) input ids and position ids and the flat index of each kept
+    token in the (B, L) layout, so per-token results can be scattered back.
+    """
+    keep = attention_mask.reshape(-1).bool()
+    flat_index = torch.nonzero(keep, as_tuple=False).squeeze(-1)
+    packed_ids = input_ids.reshape(-1)[flat_index].unsqueeze(0)
+    packed_pos = position_ids.reshape(-1)[flat_index].unsqueeze(0)
+    return packed_ids, packed_pos, flat_index
+
+
+def response_positions_padded(seq_len: int, response_len: int) -> slice:
+    """Positions whose logits predict the response tokens in a (prompt|response) row."""
+    return slice(seq_len - response_len - 1, seq_len - 1)

@@ -1,0 +1,75 @@
+"""FSDP2 -> rollout engine: gather the trained shards and load them into the engine in place.
+
+Before each generation (when the actor's weights changed since the last sync) every
+parameter's DTensor is cast to the engine's dtype on the shard — halving what crosses the
+wire for bf16 engines — and gathered with `full_tensor()`, bucket by bucket, into a lazy
+iterator the engine consumes while loading; no rank ever holds the whole gathered model
+unless one bucket is that large. All ranks walk the parameters in the same order, since
+each gather is a collective. Tied embeddings are sent under both names: the vLLM CPU
+backend repacks a layer only when a weight for it arrives.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+import torch
+from torch.distributed.tensor import DTensor
+
+
+def _gather(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    if isinstance(tensor, DTensor):
+        return tensor.to(dtype).full_tensor()
+    return tensor.to(dtype)
+
+
+def iter_full_weights(
+    state: dict[str, torch.Tensor], dtype: torch.dtype, bucket_bytes: int, tie_word_embeddings: bool
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, full tensor in `dtype`) pairs, gathered `bucket_bytes` at a time."""
+    bucket: list[tuple[str, torch.Tensor]] = []
+    size = 0
+    for name, tensor in state.items():
+        bucket.append((name, tensor))
+        size += tensor.numel() * dtype.itemsize
+        if size >= bucket_bytes:
+            yield from ((n, _gather(t, dtype)) for n, t in bucket)
+            bucket, size = [], 0
+    yield from ((n, _gather(t, dtype)) for n, t in bucket)
+    if tie_word_embeddings and "lm_head.weight" not in state and "model.embed_tokens.weight" in state:
+        yield "lm_head.weight", _gather(state["model.embed_tokens.weight"], dtype)
+
+
+class EngineWeightSync:
+    """Pushes the actor's weights into the rollout engine, only when they changed.
+
+    `state_fn` returns the HF-named state to send (the FSDP model's state dict, or the
+    LoRA-merged one); `mark_dirty()` is called after each optimizer step.
+    """
+
+    def __init__(self, rollout, state_fn: Callable[[], dict[str, torch.Tensor]], bucket_megabytes: int, tie_word_embeddings: bool):
+        self.rollout = rollout
+        self.state_fn = state_fn
+        self.bucket_bytes = int(bucket_megabytes) * 1024 * 1024
+        self.tie_word_embeddings = tie_word_embeddings
+        self.dirty = True
+        self.last_sync_s = 0.0
+        self.num_syncs = 0
+
+    def mark_dirty(self) -> None:
+        self.dirty = True
+
+    @torch.no_grad()
+    def sync(self, force: bool = False) -> float:
+        """Gather and load if needed; returns the seconds spent (0 when already in sync)."""
+        if not (self.dirty or force):
+            return 0.0
+        start = time.perf_counter()
+        self.rollout.wake_up()
+        weights = iter_full_weights(self.state_fn(), self.rollout.engine_dtype, self.bucket_bytes, self.tie_word_embeddings)
+        self.rollout.update_weights(weights)
+        self.dirty = False
+        self.num_syncs += 1
+        self.last_sync_s = time.perf_counter() - start
+        return self.last_sync_s
