@@ -74,6 +74,7 @@ class PPOTrainer:
         self.global_steps = 0
         self.groups = groups
         self.history: list[dict] = []
+        self._reward_metrics: dict[str, float] = {}
 
     def _total_training_steps(self) -> int:
         explicit = self.config.trainer.get("total_training_steps")
@@ -95,6 +96,9 @@ class PPOTrainer:
         self.actor_rollout_wg.init_model()
 
     def shutdown(self) -> None:
+        for fn in (self.reward_fn, self.val_reward_fn):
+            if hasattr(fn, "close"):
+                fn.close()
         for key in ("actor_rollout", "critic", "rm"):
             group = (self.groups or {}).get(key)
             if group is not None:
@@ -117,6 +121,7 @@ class PPOTrainer:
         result = reward_fn(batch, return_dict=True)
         scores = result["reward_tensor"]
         extra = dict(result.get("reward_extra_info", {}))
+        self._reward_metrics.update(result.get("reward_metrics", {}))
         if self.use_rm:
             rm = self.rm_wg.compute_rm_score(batch).batch["rm_scores"]
             combine = self.config.reward_model.get("combine", "sum")
@@ -284,6 +289,8 @@ class PPOTrainer:
                     batch = self.train_step(batch, _dict_iter(batch_iter), metrics, timing)
                 if batch is None:
                     continue
+                metrics.update(self._reward_metrics)
+                self._reward_metrics = {}
                 metrics.update(compute_data_metrics(batch, use_critic=self.use_critic))
                 metrics.update(compute_timing_metrics(batch, timing))
                 metrics.update(compute_throughput_metrics(batch, timing, self.world_size))
@@ -323,15 +330,15 @@ def _chain(first: DataProto, rest):
 
 
 def build_dataloaders(config, tokenizer):
-    from hybrid.data import RLHFDataset, collate_fn, create_dataloader, create_rl_sampler
+    from hybrid.data import collate_fn, create_dataloader, create_rl_dataset, create_rl_sampler
 
-    train_ds = RLHFDataset(config.data.train_files, tokenizer, config.data)
+    train_ds = create_rl_dataset(config.data.train_files, config.data, tokenizer)
     train_dl = create_dataloader(
         train_ds, int(config.data.train_batch_size), create_rl_sampler(config.data, train_ds), collate_fn, drop_last=True
     )
     val_dl = None
     if config.data.get("val_files"):
-        val_ds = RLHFDataset(config.data.val_files, tokenizer, config.data)
+        val_ds = create_rl_dataset(config.data.val_files, config.data, tokenizer)
         val_bsz = config.data.get("val_batch_size") or len(val_ds)
         val_dl = create_dataloader(val_ds, int(val_bsz), None, collate_fn, drop_last=False)
     return train_dl, val_dl
