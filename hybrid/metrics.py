@@ -94,9 +94,13 @@ def compute_data_metrics(batch: DataProto, use_critic: bool) -> dict[str, float]
     if use_critic:
         valid_values = torch.masked_select(b["values"], response_mask).float()
         metrics.update(_stats("critic/values", valid_values))
-        return_diff_var = torch.var(valid_returns - valid_values)
-        return_var = torch.var(valid_returns)
-        metrics["critic/vf_explained_var"] = (1.0 - return_diff_var / (return_var + 1e-5)).item()
+        if valid_returns.numel() < 2:
+            # The unbiased variance of fewer than two tokens is undefined (torch warns every step).
+            metrics["critic/vf_explained_var"] = float("nan")
+        else:
+            return_diff_var = torch.var(valid_returns - valid_values)
+            return_var = torch.var(valid_returns)
+            metrics["critic/vf_explained_var"] = (1.0 - return_diff_var / (return_var + 1e-5)).item()
 
     metrics.update(_stats("response_length", response_length))
     metrics["response_length/clip_ratio"] = torch.eq(response_length, max_response_length).float().mean().item()
@@ -258,6 +262,10 @@ def process_validation_metrics(
 def _hashable(value: Any) -> Any:
     """Prompts may arrive as lists of chat messages or arrays; group them by content."""
     if isinstance(value, np.ndarray):
+        if value.dtype.hasobject:
+            # tobytes() of an object array is its element pointers: equal chat messages held
+            # by different objects (as parquet rows arrive) would fall into separate groups.
+            return ("ndarray", value.shape, tuple(_hashable(v) for v in value.reshape(-1).tolist()))
         return (value.dtype.str, value.shape, value.tobytes())
     if isinstance(value, (list, tuple)):
         return tuple(_hashable(v) for v in value)
