@@ -325,6 +325,14 @@ def _clip(text: Any, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def _json_score(score: Any) -> float | str | None:
+    # NaN/inf become null as in metrics.jsonl, so the file stays strict JSON.
+    number = to_float(score)
+    if number is None:
+        return str(score)
+    return number if math.isfinite(number) else None
+
+
 class ValidationGenerationsLogger:
     """A few validation (input, output, score) samples per validation step: a small table
     on the console when `console` is on, and one JSON line per step in
@@ -344,13 +352,10 @@ class ValidationGenerationsLogger:
             self.local_dir.mkdir(parents=True, exist_ok=True)
             record = {
                 "step": int(step),
-                "samples": [
-                    {"input": str(i), "output": str(o), "score": to_float(s) if to_float(s) is not None else str(s)}
-                    for i, o, s in samples
-                ],
+                "samples": [{"input": str(i), "output": str(o), "score": _json_score(s)} for i, o, s in samples],
             }
             with open(self.local_dir / "val_generations.jsonl", "a", encoding="utf-8") as fh:
-                fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+                fh.write(json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n")
 
     def table(self, samples: Sequence[tuple[Any, Any, Any]], step: int) -> str:
         wi, wo = self.INPUT_WIDTH, self.OUTPUT_WIDTH
