@@ -1,0 +1,142 @@
+"""Each run script in examples/ trains one real step: the script's own settings, plus
+overrides appended on its command line that point it at the tiny random model, tiny
+arithmetic parquet files and small batches (one in-process rank, the real vLLM engine),
+must exit 0 and leave a metrics.jsonl line for step 1 with a finite critic/score/mean.
+The scripts run one after another, each in its own process."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples"
+# One step of a tiny model takes well under a minute; this only stops a hung run.
+RUN_TIMEOUT_S = 420
+
+SMALL_RUN = [
+    "data.train_batch_size=4",
+    "data.max_prompt_length=64",
+    "data.max_response_length=8",
+    "actor_rollout_ref.rollout.name=vllm",
+    "actor_rollout_ref.rollout.n=2",
+    "actor_rollout_ref.rollout.max_num_batched_tokens=512",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+    "trainer.n_gpus_per_node=1",
+    "trainer.total_training_steps=1",
+    "trainer.val_before_train=false",
+    "trainer.test_freq=-1",
+    "trainer.logger=[console,file]",
+]
+
+# DAPO keeps only groups whose responses disagree; a random model never answers an
+# arithmetic question, so every group would be dropped. This reward varies with the
+# response text instead, which is all the filtering needs to keep some groups.
+VARYING_REWARD = '''
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    right = len(solution_str) % 2 == 1
+    return {"score": 1.0 if right else 0.0, "acc": right}
+'''
+
+TIMES: dict[str, float] = {}
+
+
+@pytest.fixture(scope="module")
+def arithmetic_files(tmp_path_factory):
+    from hybrid.arithmetic_task import write_arithmetic_parquet
+
+    return write_arithmetic_parquet(tmp_path_factory.mktemp("arith"), n_train=32, n_val=8, seed=3)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def report_times():
+    yield
+    if TIMES:
+        print("\nexample script times (s): " + ", ".join(f"{k} {v:.0f}" for k, v in TIMES.items()), file=sys.stderr)
+
+
+def run_example(name: str, overrides: list[str], out_dir: Path, env: dict | None = None) -> dict:
+    full_env = {**os.environ, "PYTHON": sys.executable, **(env or {})}
+    args = ["bash", str(EXAMPLES / name), *overrides, f"trainer.default_local_dir={out_dir}"]
+    start = time.perf_counter()
+    # cwd=REPO: the run must not depend on how the package was installed (an editable
+    # install made before a package gained its __init__.py resolves it elsewhere).
+    result = subprocess.run(args, cwd=REPO, capture_output=True, text=True, env=full_env, timeout=RUN_TIMEOUT_S)
+    TIMES[name] = time.perf_counter() - start
+    assert result.returncode == 0, f"{name} exited {result.returncode}\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
+    metrics_file = out_dir / "metrics.jsonl"
+    assert metrics_file.is_file(), f"{name} wrote no metrics.jsonl\n{result.stderr[-3000:]}"
+    rows = [json.loads(line) for line in metrics_file.read_text().splitlines() if line.strip()]
+    step1 = [r for r in rows if r.get("step") == 1]
+    assert step1, f"{name}: no step-1 line in {rows}"
+    score = step1[-1].get("critic/score/mean")
+    assert isinstance(score, float) and math.isfinite(score), f"{name}: critic/score/mean = {score!r}"
+    return step1[-1]
+
+
+def tiny_data(tiny_model_dir, files) -> list[str]:
+    return [
+        f"actor_rollout_ref.model.path={tiny_model_dir}",
+        f"data.train_files={files['train']}",
+        f"data.val_files={files['val']}",
+    ]
+
+
+@pytest.mark.parametrize(
+    "name, expect",
+    [
+        ("grpo_arithmetic.sh", ["actor/kl_loss"]),
+        ("ppo_arithmetic.sh", ["critic/vf_loss", "critic/values/mean", "timing_s/update_critic"]),
+        ("rloo_arithmetic.sh", ["actor/reward_kl_penalty"]),
+        ("reinforce_plus_plus_arithmetic.sh", ["actor/kl_loss"]),
+    ],
+)
+def test_example_one_step(name, expect, tiny_model_dir, arithmetic_files, tmp_path):
+    step = run_example(name, tiny_data(tiny_model_dir, arithmetic_files) + SMALL_RUN, tmp_path)
+    for key in expect:
+        assert key in step and math.isfinite(step[key]), (key, step.get(key))
+
+
+def test_dapo_example_one_step(tiny_model_dir, arithmetic_files, tmp_path):
+    reward_file = tmp_path / "varying_reward.py"
+    reward_file.write_text(VARYING_REWARD)
+    step = run_example(
+        "dapo_arithmetic.sh",
+        tiny_data(tiny_model_dir, arithmetic_files) + SMALL_RUN + [
+            # the script's 16-token overlong buffer does not fit in 8-token responses
+            "reward_model.reward_kwargs.overlong_buffer.len=4",
+            f"custom_reward_function.path={reward_file}",
+            "custom_reward_function.name=compute_score",
+        ],
+        tmp_path,
+    )
+    assert step["train/num_gen_batches"] >= 1
+    assert 0 < step["train/kept_group_fraction"] <= 1
+
+
+def test_gsm8k_example_one_step(tiny_model_dir, arithmetic_files, tmp_path):
+    # The script reads <DATA_DIR>/train.parquet and test.parquet and the model from
+    # MODEL_PATH; nothing else points it at the tiny assets.
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    shutil.copy(arithmetic_files["train"], data_dir / "train.parquet")
+    shutil.copy(arithmetic_files["val"], data_dir / "test.parquet")
+    out = tmp_path / "run"
+    out.mkdir()
+    step = run_example(
+        "gsm8k_grpo.sh", SMALL_RUN, out, env={"MODEL_PATH": str(tiny_model_dir), "DATA_DIR": str(data_dir)}
+    )
+    assert math.isfinite(step["actor/kl_loss"])
