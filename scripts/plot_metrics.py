@@ -271,10 +271,15 @@ def main(argv: Iterable[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help=f"output directory (default: {DEFAULT_SUBDIR}/ next to the file)")
     args = parser.parse_args(None if argv is None else list(argv))
     try:
-        written = plot_metrics(args.path, args.out)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            written = plot_metrics(args.path, args.out)
     except MetricsFileError as err:
         print(f"plot_metrics: error: {err}", file=sys.stderr)
         return 2
+    for warning in caught:
+        # one plain line each, not Python's file:line warning format
+        print(f"plot_metrics: warning: {warning.message}", file=sys.stderr)
     if not written:
         print(f"plot_metrics: nothing to plot: {args.path} has none of the plotted metrics", file=sys.stderr)
         return 1

@@ -142,6 +142,9 @@ def test_malformed_lines(tmp_path):
     path.write_text(json.dumps({"step": 1, "critic/score/mean": 0.5}) + '\n{"step": 2, "crit')
     with pytest.warns(UserWarning, match=":2: skipping an incomplete last line"):
         assert [r["step"] for r in load_metrics(path)] == [1]
+    result = run_script(path, "--out", tmp_path / "out")
+    assert result.returncode == 0
+    assert "plot_metrics: warning:" in result.stderr and "skipping an incomplete last line" in result.stderr
     # a bad line in the middle is an error naming the line
     path.write_text('{"step": 1}\nnot json\n{"step": 2}\n')
     with pytest.raises(MetricsFileError, match=r"metrics.jsonl:2: not a JSON object"):
