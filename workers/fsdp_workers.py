@@ -32,6 +32,8 @@ from workers.fsdp_utils import (
     offload_params,
     resolve_mixed_precision,
 )
+from workers.checkpoint import FSDPCheckpointer
+from workers.lora import apply_lora, is_peft_model, lora_rank, merged_state
 from workers.sharding import EngineWeightSync
 
 ROLES = ("actor", "rollout", "ref", "actor_rollout", "actor_rollout_ref")
@@ -46,8 +48,11 @@ def _load_tokenizer(path: str, trust_remote_code: bool):
     return tokenizer
 
 
-def _load_hf_model(auto_cls, model_config, fsdp_config, seed: int, trainable: bool, **extra):
-    """fp32 master weights on the host, then FSDP2 over all ranks with the chosen compute dtype."""
+def _load_hf_model(auto_cls, model_config, fsdp_config, seed: int, trainable: bool, lora: bool = False, **extra):
+    """fp32 master weights on the host, then FSDP2 over all ranks with the chosen compute dtype.
+
+    With `lora` the model is wrapped in peft LoRA adapters before sharding (workers/lora.py).
+    """
     from transformers import AutoConfig
 
     path = model_config.path
@@ -70,6 +75,11 @@ def _load_hf_model(auto_cls, model_config, fsdp_config, seed: int, trainable: bo
         module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if not trainable:
         module.requires_grad_(False)
+    if lora:
+        if trainable and model_config.get("enable_gradient_checkpointing", False):
+            # Frozen embeddings give checkpointed blocks inputs without grad; peft's fix.
+            module.enable_input_require_grads()
+        module = apply_lora(module, model_config)
     module.to(current_device())
     param_dtype = resolve_mixed_precision(fsdp_config.get("mixed_precision", "auto"))
     apply_fsdp2(module, fsdp_config, param_dtype)
@@ -92,7 +102,10 @@ class ActorRolloutRefWorker(Worker):
         self.is_actor = role in ("actor", "actor_rollout", "actor_rollout_ref")
         self.is_rollout = role in ("rollout", "actor_rollout", "actor_rollout_ref")
         self.is_ref = role in ("ref", "actor_rollout_ref")
-        self.actor = self.ref = self.rollout = self.weight_sync = None
+        self.actor = self.ref = self.rollout = self.weight_sync = self.checkpointer = None
+        # LoRA: the reference policy is the actor's own module with its adapters disabled.
+        self.is_lora = lora_rank(config.model) > 0
+        self.ref_in_actor = False
 
     def _per_rank(self, prompts_or_samples: int) -> int:
         return max(prompts_or_samples // self.world_size, 1)
@@ -107,16 +120,23 @@ class ActorRolloutRefWorker(Worker):
             from transformers import AutoModelForCausalLM
 
             fsdp = cfg.actor.fsdp_config
-            module, self.hf_config = _load_hf_model(AutoModelForCausalLM, model_cfg, fsdp, seed, trainable=self.is_actor)
+            module, self.hf_config = _load_hf_model(
+                AutoModelForCausalLM, model_cfg, fsdp, seed, trainable=self.is_actor, lora=self.is_lora and self.is_actor
+            )
             self.actor_module = module
             optimizer = scheduler = None
             if self.is_actor:
-                optimizer = build_optimizer(module.parameters(), cfg.actor.optim)
+                # Only what trains: under LoRA the frozen base weights get no optimizer state.
+                optimizer = build_optimizer([p for p in module.parameters() if p.requires_grad], cfg.actor.optim)
                 scheduler = build_lr_scheduler(optimizer, cfg.actor.optim, int(cfg.actor.optim.get("total_training_steps", 1)))
             actor_cfg = cfg.actor
             self.actor = DataParallelPPOActor(actor_cfg, module, optimizer, scheduler)
             self.actor.use_remove_padding = bool(model_cfg.get("use_remove_padding", True))
-        if self.is_ref:
+        if self.is_ref and self.is_lora and self.is_actor:
+            self.ref_in_actor = True
+            self.ref = DataParallelPPOActor(cfg.actor, self.actor_module)
+            self.ref.use_remove_padding = bool(model_cfg.get("use_remove_padding", True))
+        elif self.is_ref:
             from transformers import AutoModelForCausalLM
 
             ref_module, self.hf_config = _load_hf_model(AutoModelForCausalLM, model_cfg, cfg.ref.fsdp_config, seed, trainable=False)
@@ -124,7 +144,26 @@ class ActorRolloutRefWorker(Worker):
             self.ref.use_remove_padding = bool(model_cfg.get("use_remove_padding", True))
         if self.is_rollout:
             self._build_rollout()
+        if self.is_actor:
+            tie = bool(getattr(self.hf_config, "tie_word_embeddings", False))
+            self.checkpointer = FSDPCheckpointer(
+                self.actor_module, self.actor.optimizer, self.actor.lr_scheduler, self.hf_config, self.tokenizer,
+                model_cfg.path, hf_state_fn=self._hf_state, extra_state_fn=self._extra_state,
+                load_extra_fn=self._load_extra_state, tie_word_embeddings=tie,
+            )
         return True
+
+    def _hf_state(self):
+        """The actor's state under Hugging Face names: LoRA adapters merged into the base."""
+        return merged_state(self.actor_module) if is_peft_model(self.actor_module) else self.actor_module.state_dict()
+
+    def _extra_state(self) -> dict:
+        state_dict = getattr(self.rollout, "state_dict", None)
+        return {"rollout": state_dict()} if state_dict is not None else {}
+
+    def _load_extra_state(self, state: dict) -> None:
+        if "rollout" in state and hasattr(self.rollout, "load_state_dict"):
+            self.rollout.load_state_dict(state["rollout"])
 
     def _build_rollout(self):
         cfg = self.config.rollout
@@ -138,7 +177,7 @@ class ActorRolloutRefWorker(Worker):
         self.rollout = engine_cls(self.config.model.path, cfg, self.tokenizer, self.hf_config)
         tie = bool(getattr(self.hf_config, "tie_word_embeddings", False))
         self.weight_sync = EngineWeightSync(
-            self.rollout, self.actor_module.state_dict, int(cfg.get("update_weights_bucket_megabytes", 128)), tie
+            self.rollout, self._hf_state, int(cfg.get("update_weights_bucket_megabytes", 128)), tie
         )
 
     # ------------------------------------------------------------------ rollout
@@ -181,7 +220,11 @@ class ActorRolloutRefWorker(Worker):
         if self.ref is None:
             raise RuntimeError(f"compute_ref_log_prob needs the ref role; this worker's role is {self.role!r}")
         self._log_prob_meta(data, self.config.ref)
-        log_probs, _ = self.ref.compute_log_prob(data, calculate_entropy=False)
+        if self.ref_in_actor:
+            with self.actor_module.disable_adapter():
+                log_probs, _ = self.ref.compute_log_prob(data, calculate_entropy=False)
+        else:
+            log_probs, _ = self.ref.compute_log_prob(data, calculate_entropy=False)
         return DataProto.from_dict(tensors={"ref_log_prob": log_probs})
 
     # ------------------------------------------------------------------ update
@@ -207,6 +250,42 @@ class ActorRolloutRefWorker(Worker):
         if fsdp.get("param_offload", False):
             offload_params(self.actor_module)
         return DataProto(meta_info={"metrics": metrics})
+
+    # ------------------------------------------------------------------ checkpoints
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def save_checkpoint(self, local_path: str, global_step: int = 0, max_ckpt_to_keep: int | None = None) -> dict:
+        """Write this rank's actor shard, optimizer, scheduler and RNG into `local_path`.
+
+        `local_path` is the driver's temporary folder; it renames it once every rank of
+        every role has returned, and only then applies `max_ckpt_to_keep` (deleting old
+        checkpoints before the new one is complete could leave none), so the argument is
+        accepted here for verl's call signature and used by the driver.
+        """
+        if self.checkpointer is None:
+            raise RuntimeError(f"save_checkpoint needs the actor role; this worker's role is {self.role!r}")
+        fsdp = self.config.actor.fsdp_config
+        if fsdp.get("param_offload", False):
+            load_params(self.actor_module)
+        timing = self.checkpointer.save(local_path, global_step, list(self.config.actor.checkpoint.save_contents))
+        if fsdp.get("param_offload", False):
+            offload_params(self.actor_module)
+        return timing
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def load_checkpoint(self, local_path: str) -> dict:
+        if self.checkpointer is None:
+            raise RuntimeError(f"load_checkpoint needs the actor role; this worker's role is {self.role!r}")
+        fsdp = self.config.actor.fsdp_config
+        if fsdp.get("param_offload", False):
+            load_params(self.actor_module)
+        timing = self.checkpointer.load(local_path, list(self.config.actor.checkpoint.load_contents))
+        if fsdp.get("param_offload", False):
+            offload_params(self.actor_module)
+        if fsdp.get("optimizer_offload", False) and self.actor.optimizer is not None:
+            offload_optimizer(self.actor.optimizer)
+        if self.weight_sync is not None:
+            self.weight_sync.mark_dirty()  # the engine still holds the initial weights
+        return timing
 
     @register(dispatch_mode=Dispatch.RANK_ZERO)
     def sync_rollout_weights(self) -> float:
@@ -249,7 +328,36 @@ class CriticWorker(Worker):
         self.critic = DataParallelPPOCritic(cfg, module, optimizer, scheduler)
         self.critic.use_remove_padding = bool(cfg.model.get("use_remove_padding", True))
         self.module = module
+        tokenizer_path = cfg.model.get("tokenizer_path") or cfg.model.path
+        self.checkpointer = FSDPCheckpointer(
+            module, optimizer, scheduler, self.hf_config,
+            _load_tokenizer(tokenizer_path, bool(cfg.model.get("trust_remote_code", False))), cfg.model.path,
+            tie_word_embeddings=bool(getattr(self.hf_config, "tie_word_embeddings", False)),
+        )
         return True
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def save_checkpoint(self, local_path: str, global_step: int = 0, max_ckpt_to_keep: int | None = None) -> dict:
+        """As ActorRolloutRefWorker.save_checkpoint (retention is the driver's, after the rename)."""
+        fsdp = self.config.model.fsdp_config
+        if fsdp.get("param_offload", False):
+            load_params(self.module)
+        timing = self.checkpointer.save(local_path, global_step, list(self.config.checkpoint.save_contents))
+        if fsdp.get("param_offload", False):
+            offload_params(self.module)
+        return timing
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def load_checkpoint(self, local_path: str) -> dict:
+        fsdp = self.config.model.fsdp_config
+        if fsdp.get("param_offload", False):
+            load_params(self.module)
+        timing = self.checkpointer.load(local_path, list(self.config.checkpoint.load_contents))
+        if fsdp.get("param_offload", False):
+            offload_params(self.module)
+        if fsdp.get("optimizer_offload", False):
+            offload_optimizer(self.critic.optimizer)
+        return timing
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_values(self, data: DataProto) -> DataProto:

@@ -6,7 +6,9 @@ wire for bf16 engines — and gathered with `full_tensor()`, bucket by bucket, i
 iterator the engine consumes while loading; no rank ever holds the whole gathered model
 unless one bucket is that large. All ranks walk the parameters in the same order, since
 each gather is a collective. Tied embeddings are sent under both names: the vLLM CPU
-backend repacks a layer only when a weight for it arrives.
+backend repacks a layer only when a weight for it arrives. With LoRA the state holds
+`MergedLoraWeight`s (workers/lora.py): base, A and B are gathered and merged in fp32, then
+cast, so the engine samples from exactly what the adapted actor computes.
 """
 
 from __future__ import annotations
@@ -17,8 +19,12 @@ from collections.abc import Callable, Iterator
 import torch
 from torch.distributed.tensor import DTensor
 
+from workers.lora import MergedLoraWeight
 
-def _gather(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+
+def _gather(tensor: torch.Tensor | MergedLoraWeight, dtype: torch.dtype) -> torch.Tensor:
+    if isinstance(tensor, MergedLoraWeight):
+        return tensor.full(dtype)
     if isinstance(tensor, DTensor):
         return tensor.to(dtype).full_tensor()
     return tensor.to(dtype)

@@ -1,0 +1,145 @@
+"""LoRA on the actor through peft, and the merged weights everything outside training sees.
+
+`actor_rollout_ref.model.lora_rank > 0` wraps the actor in a peft LoRA model before FSDP2
+shards it: only the adapters train, the base weights stay frozen. The reference policy is
+that same module with its adapters disabled, so no second copy of the base model is held.
+The rollout engine and the merged Hugging Face folder never see adapters: they get
+`base + (B @ A) * scaling` under the base model's own parameter names (peft's
+`base_model.model.` prefix and `.base_layer` infix removed). Only linear layers are
+supported; a target that peft wraps differently (an embedding, a convolution) is refused
+at wrap time, naming the module.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.distributed.tensor import DTensor
+
+PEFT_PREFIX = "base_model.model."
+ADAPTER = "default"
+
+
+def lora_rank(model_config) -> int:
+    return int(model_config.get("lora_rank", 0) or 0)
+
+
+def _plain(value: Any) -> Any:
+    """OmegaConf lists (target/exclude module lists from the config) as Python lists."""
+    if value is None or isinstance(value, str):
+        return value
+    return [str(v) for v in value]
+
+
+def build_lora_config(model_config):
+    from peft import LoraConfig, TaskType
+
+    return LoraConfig(
+        r=lora_rank(model_config),
+        lora_alpha=float(model_config.get("lora_alpha", 16)),
+        target_modules=_plain(model_config.get("target_modules", "all-linear")) or "all-linear",
+        exclude_modules=_plain(model_config.get("exclude_modules")),
+        # No dropout: the merged weights must compute what the trained module computes.
+        lora_dropout=0.0,
+        bias="none",
+        task_type=TaskType.CAUSAL_LM,
+    )
+
+
+def apply_lora(module: torch.nn.Module, model_config) -> torch.nn.Module:
+    """Wrap `module` with LoRA adapters (before FSDP); the base weights stop requiring grad."""
+    from peft import get_peft_model
+    from peft.tuners.lora import Linear as LoraLinear
+    from peft.tuners.lora import LoraLayer
+
+    peft_model = get_peft_model(module, build_lora_config(model_config))
+    unsupported = [
+        f"{name} ({type(mod).__name__})"
+        for name, mod in peft_model.named_modules()
+        if isinstance(mod, LoraLayer) and not isinstance(mod, LoraLinear)
+    ]
+    if unsupported:
+        raise ValueError(
+            f"actor_rollout_ref.model.target_modules selects layers LoRA here cannot merge: {', '.join(unsupported[:5])}; "
+            f"only linear layers are supported; narrow target_modules or add them to exclude_modules"
+        )
+    return peft_model
+
+
+def is_peft_model(module: torch.nn.Module) -> bool:
+    return hasattr(module, "disable_adapter") and hasattr(module, "peft_config")
+
+
+def hf_name(peft_key: str) -> str:
+    """The base model's parameter name for a key of the peft model's state dict."""
+    name = peft_key[len(PEFT_PREFIX):] if peft_key.startswith(PEFT_PREFIX) else peft_key
+    return name.replace(".base_layer.", ".")
+
+
+def is_adapter_key(key: str) -> bool:
+    return ".lora_A." in key or ".lora_B." in key
+
+
+def merge_lora_weight(base: torch.Tensor, lora_a: torch.Tensor, lora_b: torch.Tensor, scaling: float) -> torch.Tensor:
+    """peft's merge for a linear layer, in fp32: base + (B @ A) * scaling."""
+    return base.float() + (lora_b.float() @ lora_a.float()) * float(scaling)
+
+
+def _full(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+
+
+class MergedLoraWeight:
+    """A base weight and its adapter, merged only when gathered: every rank gathers the
+    three sharded tensors in the same order (each gather is a collective)."""
+
+    def __init__(self, base: torch.Tensor, lora_a: torch.Tensor, lora_b: torch.Tensor, scaling: float):
+        self.base, self.lora_a, self.lora_b, self.scaling = base, lora_a, lora_b, float(scaling)
+
+    def numel(self) -> int:
+        return self.base.numel()
+
+    @torch.no_grad()
+    def full(self, dtype: torch.dtype) -> torch.Tensor:
+        return merge_lora_weight(_full(self.base), _full(self.lora_a), _full(self.lora_b), self.scaling).to(dtype)
+
+
+def lora_layers(model: torch.nn.Module) -> dict[str, Any]:
+    from peft.tuners.lora import LoraLayer
+
+    return {name: mod for name, mod in model.named_modules() if isinstance(mod, LoraLayer)}
+
+
+def merged_state(model: torch.nn.Module) -> dict[str, torch.Tensor | MergedLoraWeight]:
+    """The peft model's state as the base model's state dict, adapters merged lazily."""
+    layers = lora_layers(model)
+    out: dict[str, torch.Tensor | MergedLoraWeight] = {}
+    for key, tensor in model.state_dict().items():
+        if is_adapter_key(key):
+            continue  # consumed by the merge of its base weight
+        if key.endswith(".base_layer.weight"):
+            layer = layers[key[: -len(".base_layer.weight")]]
+            out[hf_name(key)] = MergedLoraWeight(
+                tensor, layer.lora_A[ADAPTER].weight, layer.lora_B[ADAPTER].weight, layer.scaling[ADAPTER]
+            )
+        else:
+            out[hf_name(key)] = tensor
+    return out
+
+
+def scaling_by_module(model: torch.nn.Module) -> dict[str, float]:
+    """Each adapted module's scaling (alpha / r, or alpha / sqrt(r) with rsLoRA), by peft key prefix."""
+    return {name: float(layer.scaling[ADAPTER]) for name, layer in lora_layers(model).items()}
+
+
+def adapter_config_dict(model: torch.nn.Module) -> dict:
+    """peft's adapter_config.json content for the active adapter."""
+    config = model.peft_config[ADAPTER]
+    data = config.to_dict()
+    for key, value in list(data.items()):
+        if isinstance(value, set):
+            data[key] = sorted(value)
+        elif hasattr(value, "value"):  # enums (task_type, peft_type)
+            data[key] = value.value
+    return data
