@@ -27,6 +27,7 @@ from hybrid.batch_ops import (
     group_metric_values,
     kept_group_indices,
 )
+from hybrid.checkpointing import load_checkpoint, save_checkpoint, should_save
 from hybrid.core_algos import agg_loss, get_kl_controller, kl_in_reward
 from hybrid.metrics import (
     compute_data_metrics,
@@ -270,6 +271,11 @@ class PPOTrainer:
             local_dir=cfg.trainer.default_local_dir,
         )
         self.val_logger = ValidationGenerationsLogger(local_dir=cfg.trainer.default_local_dir)
+        load_checkpoint(self)  # trainer.resume_mode: sets global_steps and the data position
+        if self.global_steps >= self.total_training_steps:
+            print(f"hybrid: resumed at step {self.global_steps} of {self.total_training_steps}; nothing left to train", flush=True)
+            self.tracker.finish()
+            return {"val_before": {}, "val_after": {}, "steps": self.global_steps}
         first_val = last_val = {}
         if cfg.trainer.get("val_before_train", True) and self.val_dataloader is not None:
             first_val = last_val = self.validate()
@@ -301,9 +307,9 @@ class PPOTrainer:
                         last_val = self.validate()
                     metrics.update(last_val)
                     metrics["timing_s/testing"] = timing["testing"]
+                self.after_step(metrics)
                 self.tracker.log(metrics, step=self.global_steps)
                 self.history.append({"step": self.global_steps, **metrics})
-                self.after_step(metrics)
                 progress.update(1)
                 if last_step:
                     done = True
@@ -316,7 +322,9 @@ class PPOTrainer:
         return {"val_before": first_val, "val_after": last_val, "steps": self.global_steps}
 
     def after_step(self, metrics: dict) -> None:
-        """Hook for checkpointing (save_freq) — see hybrid.checkpointing."""
+        """Checkpoint every trainer.save_freq steps and at the last step (hybrid.checkpointing)."""
+        if should_save(self):
+            metrics["timing_s/save_checkpoint"] = save_checkpoint(self)
 
 
 def _dict_iter(batch_iter):

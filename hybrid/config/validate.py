@@ -9,6 +9,7 @@ collected and reported together, one line each, naming the keys and values invol
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from typing import Any
 
@@ -46,8 +47,10 @@ TRUNCATIONS = ("error", "left", "right", "middle")
 REWARD_MANAGERS = ("naive", "prime", "batch", "dapo")
 REWARD_COMBINES = ("sum", "rm_only")
 MIXED_PRECISIONS = ("auto", "bf16", "fp32")
+ENGINE_DTYPES = ("auto", "bfloat16", "float16", "float32")
 LR_SCHEDULES = ("constant", "cosine", "linear")
 WORKER_GROUPS = ("auto", "ray", "local")
+CHECKPOINT_CONTENTS = ("model", "optimizer", "extra", "hf_model")  # workers/checkpoint.py CONTENTS
 DEVICES = ("auto", "cuda", "cpu")
 
 # Options verl has that this trainer deliberately does not implement, with the reason.
@@ -296,6 +299,7 @@ def validate_config(cfg: DictConfig, world_size: int | None = None) -> None:
     n = c.positive_int(f"{ARR}.rollout.n", why=" (responses per prompt)")
     c.positive_int(f"{ARR}.rollout.val_kwargs.n")
     c.choice(f"{ARR}.rollout.name", ROLLOUT_NAMES, unsupported=UNSUPPORTED_ROLLOUTS)
+    c.choice(f"{ARR}.rollout.dtype", ENGINE_DTYPES)
     tp = c.positive_int(f"{ARR}.rollout.tensor_model_parallel_size")
     if tp is not _ABSENT and world is not None and world % tp != 0:
         c.fail(f"{ARR}.rollout.tensor_model_parallel_size={tp} does not divide {world_desc}")
@@ -354,6 +358,9 @@ def validate_config(cfg: DictConfig, world_size: int | None = None) -> None:
     lora_rank = c.get(f"{ARR}.model.lora_rank")
     if lora_rank is not _ABSENT and (not _is_int(lora_rank) or lora_rank < 0):
         c.fail(f"{ARR}.model.lora_rank={_fmt(lora_rank)} must be an integer >= 0 (0: full fine-tuning)")
+    elif lora_rank is not _ABSENT and lora_rank > 0:
+        _check_lora(c)
+    _check_checkpoint_contents(c, f"{ARR}.actor.checkpoint")
     _check_optim(c, f"{ARR}.actor.optim")
     _check_mixed_precision(c, f"{ARR}.actor.fsdp_config.mixed_precision")
     _check_mixed_precision(c, f"{ARR}.ref.fsdp_config.mixed_precision")
@@ -361,7 +368,9 @@ def validate_config(cfg: DictConfig, world_size: int | None = None) -> None:
     # Critic, only when one is trained.
     # The strategy is checked even when the critic is off: a script that sets it expects it used.
     c.choice("critic.strategy", FSDP_STRATEGIES, unsupported=UNSUPPORTED_STRATEGIES)
-    if _critic_used(c, adv_estimator):
+    critic_used = _critic_used(c, adv_estimator)
+    if critic_used:
+        _check_checkpoint_contents(c, "critic.checkpoint")
         _check_ppo_batches(c, "critic", "critic", train_batch, n, world, world_desc)
         _check_deprecated_micro(c, "critic.ppo_micro_batch_size", "critic.ppo_micro_batch_size_per_gpu")
         # The default forward keys follow the ppo keys checked just above.
@@ -395,8 +404,24 @@ def validate_config(cfg: DictConfig, world_size: int | None = None) -> None:
             f"set trainer.total_epochs >= 1 or trainer.total_training_steps"
         )
     resume_mode = c.choice("trainer.resume_mode", RESUME_MODES)
-    if resume_mode == "resume_path" and c.raw("trainer.resume_from_path") is None:
-        c.fail("trainer.resume_mode='resume_path' needs trainer.resume_from_path (a global_step_* folder)")
+    if resume_mode == "resume_path":
+        resume_from = c.get("trainer.resume_from_path")
+        if resume_from is None:
+            c.fail("trainer.resume_mode='resume_path' needs trainer.resume_from_path (a global_step_* folder)")
+        elif resume_from is not _ABSENT:
+            # Checked here, before any model loads; the trainer checks again when it resumes.
+            from hybrid.checkpointing import resume_path_problem
+
+            problem = resume_path_problem(os.path.abspath(str(resume_from)), need_critic=critic_used)
+            if problem:
+                c.fail(problem)
+    save_freq = c.get("trainer.save_freq")
+    if save_freq is not _ABSENT and not _is_int(save_freq):
+        c.fail(f"trainer.save_freq={_fmt(save_freq)} must be an integer (<= 0: never save)")
+    for key in ("trainer.max_actor_ckpt_to_keep", "trainer.max_critic_ckpt_to_keep"):
+        keep = c.get(key)
+        if keep is not _ABSENT and keep is not None and not _is_int(keep):
+            c.fail(f"{key}={_fmt(keep)} must be an integer or null (null or <= 0: keep every checkpoint)")
     _check_loggers(c)
     c.choice("trainer.worker_group", WORKER_GROUPS)
     _check_device_switches(c)
@@ -405,6 +430,34 @@ def validate_config(cfg: DictConfig, world_size: int | None = None) -> None:
         count = len(c.problems)
         header = f"invalid configuration ({count} problem{'s' if count > 1 else ''}):"
         raise ConfigError("\n".join([header] + [f"  - {p}" for p in c.problems]))
+
+
+def _check_lora(c: _Checker) -> None:
+    alpha = c.get(f"{ARR}.model.lora_alpha")
+    if alpha is not _ABSENT and (isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or alpha <= 0):
+        c.fail(f"{ARR}.model.lora_alpha={_fmt(alpha)} must be a positive number")
+    for key, allow_none in ((f"{ARR}.model.target_modules", False), (f"{ARR}.model.exclude_modules", True)):
+        value = c.get(key)
+        if value is _ABSENT or (value is None and allow_none):
+            continue
+        names = [value] if isinstance(value, str) else value
+        if not isinstance(names, (list, ListConfig)) or not names or not all(isinstance(n, str) for n in names):
+            expected = "a module name pattern or a list of module names" + (", or null" if allow_none else "")
+            c.fail(f"{key}={_fmt(value)} must be {expected} (e.g. all-linear or [q_proj,v_proj])")
+
+
+def _check_checkpoint_contents(c: _Checker, prefix: str) -> None:
+    for leaf in ("save_contents", "load_contents"):
+        key = f"{prefix}.{leaf}"
+        value = c.get(key)
+        if value is _ABSENT:
+            continue
+        if not isinstance(value, (list, ListConfig)):
+            c.fail(f"{key}={_fmt(value)} must be a list drawn from {', '.join(CHECKPOINT_CONTENTS)}")
+            continue
+        unknown = [v for v in value if v not in CHECKPOINT_CONTENTS]
+        if unknown:
+            c.fail(f"{key}={_fmt(value)}: {', '.join(map(repr, unknown))} not supported; supported: {', '.join(CHECKPOINT_CONTENTS)}")
 
 
 def _check_optim(c: _Checker, prefix: str) -> None:

@@ -302,10 +302,16 @@ def test_unknown_logger():
     assert_valid(["trainer.logger=console"])
 
 
-def test_resume_path_needs_a_path():
+def test_resume_path_needs_a_path(tmp_path):
     message = validation_error(["trainer.resume_mode=resume_path"])
     assert "trainer.resume_mode='resume_path' needs trainer.resume_from_path" in message
-    assert_valid(["trainer.resume_mode=resume_path", "trainer.resume_from_path=/tmp/global_step_1"])
+    missing = tmp_path / "global_step_1"
+    message = validation_error(["trainer.resume_mode=resume_path", f"trainer.resume_from_path={missing}"])
+    assert f"trainer.resume_from_path: {missing} does not exist" in message
+    (missing / "actor").mkdir(parents=True)
+    (missing / "actor" / "fsdp_config.json").write_text("{}")
+    (missing / "data.pt").write_bytes(b"")
+    assert_valid(["trainer.resume_mode=resume_path", f"trainer.resume_from_path={missing}"])
 
 
 def test_reward_model_needs_a_path():
