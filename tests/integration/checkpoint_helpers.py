@@ -1,0 +1,90 @@
+"""Shared pieces of the checkpoint tests: a deterministic tiny-model run configuration
+(one in-process rank, fp32 everywhere, the seeded Hugging Face rollout engine) and a
+function that trains one PPOTrainer to the end and returns what the tests compare."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+# Metrics that measure time differ between any two runs; everything else must match.
+TIME_KEYS = ("timing_s/", "timing_per_token_ms/", "perf/time_per_step", "perf/throughput", "perf/update_actor_s")
+
+
+def run_config(model_dir, files, out_dir, *extra):
+    from hybrid.config import load_config, validate_config
+
+    cfg = load_config([
+        f"actor_rollout_ref.model.path={model_dir}",
+        f"data.train_files={files['train']}",
+        f"data.val_files={files['val']}",
+        "data.train_batch_size=4",
+        "data.max_prompt_length=64",
+        "data.max_response_length=8",
+        "actor_rollout_ref.rollout.name=hf",
+        "actor_rollout_ref.rollout.dtype=float32",
+        "actor_rollout_ref.rollout.n=2",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4",
+        "actor_rollout_ref.actor.optim.lr=1e-3",
+        "actor_rollout_ref.actor.fsdp_config.mixed_precision=fp32",
+        "critic.ppo_micro_batch_size_per_gpu=2",
+        "trainer.n_gpus_per_node=1",
+        "trainer.worker_group=local",
+        "trainer.total_training_steps=4",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=false",
+        "trainer.logger=[file]",
+        f"trainer.default_local_dir={out_dir}",
+        *extra,
+    ])
+    validate_config(cfg)
+    return cfg
+
+
+def train(cfg, probe_ids: torch.Tensor | None = None) -> dict:
+    """Run `cfg` to the end in this process; returns the trainer's history and, when asked,
+    the trained actor's fp32 logits on `probe_ids` (read from the live FSDP module)."""
+    from transformers import AutoTokenizer
+
+    from hybrid.trainer import PPOTrainer, build_dataloaders
+    from reward.loader import load_reward_manager
+
+    tokenizer = AutoTokenizer.from_pretrained(cfg.actor_rollout_ref.model.path)
+    train_dl, val_dl = build_dataloaders(cfg, tokenizer)
+    reward_fn = load_reward_manager(cfg, tokenizer, num_examine=0)
+    trainer = PPOTrainer(cfg, tokenizer, train_dl, val_dl, reward_fn, reward_fn)
+    out = {}
+    try:
+        trainer.init_workers()
+        out["result"] = trainer.fit()
+        out["history"] = trainer.history
+        if probe_ids is not None:
+            module = trainer.actor_rollout_wg.worker.actor_module
+            with torch.no_grad():
+                out["logits"] = module(input_ids=probe_ids, use_cache=False).logits.float().cpu()
+    finally:
+        trainer.shutdown()
+    return out
+
+
+def comparable(metrics: dict) -> dict:
+    return {k: v for k, v in metrics.items() if not k.startswith(TIME_KEYS) and k != "step"}
+
+
+def assert_metrics_close(a: dict, b: dict, tol: float = 1e-6) -> None:
+    a, b = comparable(a), comparable(b)
+    assert a.keys() == b.keys(), sorted(set(a) ^ set(b))
+    for key in a:
+        x, y = float(a[key]), float(b[key])
+        if math.isnan(x) and math.isnan(y):
+            continue
+        assert abs(x - y) <= tol, f"{key}: {x!r} vs {y!r}"
+
+
+def probe_batch(tokenizer, n: int = 3, length: int = 12) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(7)
+    return torch.randint(0, len(tokenizer), (n, length), generator=gen)
