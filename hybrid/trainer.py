@@ -171,7 +171,15 @@ class PPOTrainer:
                 kept.append(batch.select_idxs(keep))
                 kept_rows += len(keep)
             limit = int(cfg.get("max_num_gen_batches", 0) or 0)
-            if kept_rows >= want or (limit and num_gen >= limit):
+            if kept_rows >= want:
+                break
+            if limit and num_gen >= limit:
+                if not kept:
+                    raise RuntimeError(
+                        f"algorithm.filter_groups: {num_gen} generation batches in a row had no group whose "
+                        f"{cfg.metric!r} varies, so there is nothing to train on; the data may be too hard or too "
+                        "easy for the model, or raise algorithm.filter_groups.max_num_gen_batches (0 = no limit)"
+                    )
                 break
             current = next(batch_iter, None)
         if not kept:
@@ -287,6 +295,7 @@ class PPOTrainer:
         done = False
         for _epoch in range(int(cfg.trainer.total_epochs) if not cfg.trainer.get("total_training_steps") else 10**9):
             batch_iter = iter(self.train_dataloader)
+            steps_at_epoch_start = self.global_steps
             for batch_dict in batch_iter:
                 metrics: dict[str, float] = {}
                 timing: dict[str, float] = {}
@@ -317,6 +326,13 @@ class PPOTrainer:
                 self.global_steps += 1
             if done:
                 break
+            if self.global_steps == steps_at_epoch_start:
+                # Only dynamic sampling can skip every batch; another epoch would do the same.
+                raise RuntimeError(
+                    "a whole epoch of training data gave no batch to train on: algorithm.filter_groups dropped "
+                    f"every group (no variation in {self.config.algorithm.filter_groups.metric!r}); check the "
+                    "reward function and the data, or disable algorithm.filter_groups"
+                )
         progress.close()
         self.tracker.finish()
         return {"val_before": first_val, "val_after": last_val, "steps": self.global_steps}
@@ -387,6 +403,11 @@ def run_ppo(config) -> dict:
     finally:
         trainer.shutdown()
     result["minutes"] = (time.time() - started) / 60
+    if config.trainer.get("plot_on_finish", False) and "file" in config.trainer.logger:
+        from hybrid.plots import plot_metrics
+
+        run_dir = config.trainer.default_local_dir
+        result["plots"] = plot_metrics(os.path.join(run_dir, "metrics.jsonl"), os.path.join(run_dir, "plots"))
     print_summary(config, result)
     return result
 
@@ -402,4 +423,6 @@ def print_summary(config, result: dict) -> None:
     if before is not None:
         lines.append(f"  validation accuracy (greedy): before {before:.3f}" + (f" -> after {after:.3f}" if after is not None else ""))
     lines.append(f"  metrics: {os.path.join(config.trainer.default_local_dir, 'metrics.jsonl')}")
+    if result.get("plots"):
+        lines.append(f"  plots: {os.path.dirname(result['plots'][0])} ({', '.join(os.path.basename(str(p)) for p in result['plots'])})")
     print("\n".join(lines), flush=True)

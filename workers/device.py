@@ -58,6 +58,16 @@ def supports_bf16() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
+def resolve_dtype_name(name: str) -> str:
+    """`auto` -> `bfloat16` where bf16 matmuls are fast (see `supports_bf16`), else `float32`.
+
+    On a CPU without AVX-512 bf16 a bf16 matmul runs several hundred times slower than
+    fp32 (measured: 0.3 vs 175 GFLOPS on an AVX2 EPYC), so `auto` must not pick bf16 there."""
+    if name == "auto":
+        return "bfloat16" if supports_bf16() else "float32"
+    return name
+
+
 def empty_cache() -> None:
     if is_cuda_available():
         torch.cuda.empty_cache()

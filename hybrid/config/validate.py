@@ -47,6 +47,7 @@ TRUNCATIONS = ("error", "left", "right", "middle")
 REWARD_MANAGERS = ("naive", "prime", "batch", "dapo")
 REWARD_COMBINES = ("sum", "rm_only")
 MIXED_PRECISIONS = ("auto", "bf16", "fp32")
+ENGINE_DTYPES = ("auto", "bfloat16", "float16", "float32")
 LR_SCHEDULES = ("constant", "cosine", "linear")
 WORKER_GROUPS = ("auto", "ray", "local")
 CHECKPOINT_CONTENTS = ("model", "optimizer", "extra", "hf_model")  # workers/checkpoint.py CONTENTS
@@ -298,6 +299,7 @@ def validate_config(cfg: DictConfig, world_size: int | None = None) -> None:
     n = c.positive_int(f"{ARR}.rollout.n", why=" (responses per prompt)")
     c.positive_int(f"{ARR}.rollout.val_kwargs.n")
     c.choice(f"{ARR}.rollout.name", ROLLOUT_NAMES, unsupported=UNSUPPORTED_ROLLOUTS)
+    c.choice(f"{ARR}.rollout.dtype", ENGINE_DTYPES)
     tp = c.positive_int(f"{ARR}.rollout.tensor_model_parallel_size")
     if tp is not _ABSENT and world is not None and world % tp != 0:
         c.fail(f"{ARR}.rollout.tensor_model_parallel_size={tp} does not divide {world_desc}")

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 import torch
 
 from protocol.data_proto import DataProto
-from workers.device import current_device
+from workers.device import current_device, resolve_dtype_name
 from workers.rollout.base import assemble_rollout, sampling_settings
 
 _DTYPES = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32, "fp32": torch.float32}
@@ -28,7 +28,7 @@ class HFRollout:
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         eos = getattr(model_hf_config, "eos_token_id", None) or tokenizer.eos_token_id
         self.eos_token_ids = set(eos if isinstance(eos, list) else [eos])
-        dtype = _DTYPES[str(config.get("dtype", "bfloat16"))]
+        dtype = _DTYPES[resolve_dtype_name(str(config.get("dtype", "auto")))]
         # Built normally (not on the meta device) so non-persistent buffers such as the
         # rotary frequencies are initialised; the weights arrive with update_weights.
         self.model = AutoModelForCausalLM.from_config(model_hf_config, dtype=dtype).to(current_device())

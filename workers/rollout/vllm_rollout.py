@@ -16,7 +16,7 @@ from collections.abc import Iterable
 import torch
 
 from protocol.data_proto import DataProto
-from workers.device import is_cuda_available
+from workers.device import is_cuda_available, resolve_dtype_name
 from workers.rollout.base import assemble_rollout, prompt_token_lists, sampling_settings
 
 
@@ -41,7 +41,7 @@ class VLLMRollout:
         kwargs = dict(
             model=model_path,
             tokenizer=model_path,
-            dtype=config.get("dtype", "bfloat16"),
+            dtype=resolve_dtype_name(str(config.get("dtype", "auto"))),
             enforce_eager=bool(config.get("enforce_eager", True)),
             load_format=config.get("load_format", "dummy"),
             max_model_len=int(max_model_len),
