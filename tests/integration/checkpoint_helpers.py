@@ -45,9 +45,10 @@ def run_config(model_dir, files, out_dir, *extra):
     return cfg
 
 
-def train(cfg, probe_ids: torch.Tensor | None = None) -> dict:
+def train(cfg, probe_ids: torch.Tensor | None = None, inspect=None) -> dict:
     """Run `cfg` to the end in this process; returns the trainer's history and, when asked,
-    the trained actor's fp32 logits on `probe_ids` (read from the live FSDP module)."""
+    the trained actor's fp32 logits on `probe_ids` (read from the live FSDP module) and
+    whatever `inspect(trainer)` returns, called before the workers shut down."""
     from transformers import AutoTokenizer
 
     from hybrid.trainer import PPOTrainer, build_dataloaders
@@ -66,6 +67,8 @@ def train(cfg, probe_ids: torch.Tensor | None = None) -> dict:
             module = trainer.actor_rollout_wg.worker.actor_module
             with torch.no_grad():
                 out["logits"] = module(input_ids=probe_ids, use_cache=False).logits.float().cpu()
+        if inspect is not None:
+            out.update(inspect(trainer))
     finally:
         trainer.shutdown()
     return out
@@ -88,3 +91,44 @@ def assert_metrics_close(a: dict, b: dict, tol: float = 1e-6) -> None:
 def probe_batch(tokenizer, n: int = 3, length: int = 12) -> torch.Tensor:
     gen = torch.Generator().manual_seed(7)
     return torch.randint(0, len(tokenizer), (n, length), generator=gen)
+
+
+def response_log_probs(model, batch) -> torch.Tensor:
+    """Log-probs of `responses` under a plain Hugging Face model (temperature 1), (B, R)."""
+    b = batch.batch
+    with torch.no_grad():
+        logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
+                       position_ids=b["position_ids"], use_cache=False).logits.float()
+    response_len = b["responses"].shape[1]
+    logits = logits[:, -response_len - 1 : -1]
+    return torch.gather(logits.log_softmax(-1), -1, b["responses"].unsqueeze(-1)).squeeze(-1)
+
+
+def vllm_greedy_vs_hf(folder: str, prompts: list[list[int]], max_tokens: int = 8) -> tuple[list[list[int]], float]:
+    """Load `folder` in an in-process vLLM engine (fp32), generate greedily, and return the
+    tokens and the largest |vLLM - transformers| log-prob of the generated tokens."""
+    import os
+
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    from transformers import AutoModelForCausalLM
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    llm = LLM(model=folder, dtype="float32", enforce_eager=True, max_model_len=128, max_num_batched_tokens=256,
+              seed=0, enable_prefix_caching=False)
+    outputs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts],
+                           SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, logprobs=0), use_tqdm=False)
+    del llm
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    tokens, worst = [], 0.0
+    for prompt, out in zip(prompts, outputs):
+        completion = out.outputs[0]
+        ids = list(completion.token_ids)
+        tokens.append(ids)
+        engine = torch.tensor([step[t].logprob for step, t in zip(completion.logprobs, ids)])
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([prompt + ids]), use_cache=False).logits[0].float()
+        hf = logits[len(prompt) - 1 : -1].log_softmax(-1)[torch.arange(len(ids)), torch.tensor(ids)]
+        worst = max(worst, (engine - hf).abs().max().item())
+    return tokens, worst

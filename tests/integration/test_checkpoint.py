@@ -158,3 +158,16 @@ def test_merged_folder_matches_trained_actor(full_run, tmp_path, tokenizer):
     assert merger_main(["test", "--backend", "fsdp", "--local_dir", str(actor), "--test_hf_dir", str(target)]) == 0
     base = actor.parent.parent / "global_step_2" / "actor"
     assert merger_main(["test", "--backend", "fsdp", "--local_dir", str(base), "--test_hf_dir", str(target)]) == 1
+
+
+@pytest.mark.slow
+def test_vllm_loads_merged_folder(full_run, tmp_path, tokenizer):
+    from scripts.model_merger import main as merger_main
+    from tests.integration.checkpoint_helpers import vllm_greedy_vs_hf
+
+    target = tmp_path / "hf"
+    merger_main(["merge", "--backend", "fsdp", "--local_dir", str(full_run["root"] / "global_step_4" / "actor"), "--target_dir", str(target)])
+    prompts = [tokenizer.encode("What is 2 + 3?"), tokenizer.encode("Name a colour.")]
+    tokens, worst = vllm_greedy_vs_hf(str(target), prompts)
+    assert all(len(t) == 8 for t in tokens)
+    assert worst <= 1e-3, worst
