@@ -426,6 +426,10 @@ class StatefulDataLoader:
             collate_fn=self.collate_fn,
             drop_last=self.drop_last,
             num_workers=self.num_workers,
+            # Its own generator (seeded by seed and epoch): without one, every new iterator
+            # draws from the global torch RNG, so a resumed run (whose iterator is created
+            # at a different moment) would shift every later random draw in this process.
+            generator=torch.Generator().manual_seed(self.sampler.seed * 100003 + self.epoch),
         )
         for batch in loader:
             # An older iterator resumed after a newer one started must not move the state.

@@ -1,8 +1,9 @@
 """Checkpoint and resume on a tiny random model, one in-process rank on CPU:
 
-- resume is exact: a 4-step run saving at steps 2 and 4, and a second run resumed from the
-  first run's step-2 checkpoint, give the same step 3 and 4 metrics (within 1e-6) and
-  bit-identical step-4 model, optimizer and scheduler state;
+- resume is exact: a 4-step GAE run (critic, adaptive KL in the reward) saving at steps 2
+  and 4, and a second run resumed from the first run's step-2 checkpoint, give the same
+  step 3 and 4 metrics (within 1e-6) and bit-identical step-4 model, optimizer and
+  scheduler state for actor and critic;
 - resume_mode=auto with no checkpoint starts at step 1; resume_path naming a missing or a
   partial (temporary) folder fails naming the path; validation reports it before any
   model loads;
@@ -31,11 +32,24 @@ def arithmetic_files(tmp_path_factory):
     return write_arithmetic_parquet(tmp_path_factory.mktemp("arith"), n_train=32, n_val=8, seed=3)
 
 
+# GAE with a critic and the adaptive KL-in-reward controller: the resumed run must also
+# restore the critic's shards and the KL coefficient (data.pt) to match.
+GAE = [
+    "algorithm.adv_estimator=gae",
+    "algorithm.use_kl_in_reward=true",
+    "algorithm.kl_ctrl.type=adaptive",
+    "algorithm.kl_ctrl.horizon=10",
+    "critic.optim.lr=1e-3",
+    "critic.model.fsdp_config.mixed_precision=fp32",
+    "trainer.save_freq=2",
+]
+
+
 @pytest.fixture(scope="module")
 def full_run(tiny_model_dir, arithmetic_files, tokenizer, tmp_path_factory):
     """Four steps, saving at 2 and 4 (resume_mode=auto on an empty folder: a fresh start)."""
     root = tmp_path_factory.mktemp("full_run")
-    cfg = run_config(tiny_model_dir, arithmetic_files, root, "trainer.save_freq=2")
+    cfg = run_config(tiny_model_dir, arithmetic_files, root, *GAE)
     out = train(cfg, probe_ids=probe_batch(tokenizer))
     out["root"] = root
     return out
@@ -58,34 +72,40 @@ def test_auto_resume_without_checkpoint_starts_fresh(full_run):
                  "extra_state_world_size_1_rank_0.pt", "fsdp_config.json", "huggingface/config.json",
                  "huggingface/generation_config.json", "huggingface/tokenizer_config.json"):
         assert (actor / name).is_file(), name
+    critic = root / "global_step_4" / "critic"
+    assert (critic / "model_world_size_1_rank_0.safetensors").is_file()
+    assert '"LlamaForTokenClassification"' in (critic / "huggingface" / "config.json").read_text()
     assert all("timing_s/save_checkpoint" in h for h in full_run["history"] if h["step"] in (2, 4))
 
 
 def test_resume_is_exact(full_run, tiny_model_dir, arithmetic_files, tmp_path):
     first = full_run["root"]
     cfg = run_config(
-        tiny_model_dir, arithmetic_files, tmp_path, "trainer.save_freq=2",
+        tiny_model_dir, arithmetic_files, tmp_path, *GAE,
         "trainer.resume_mode=resume_path", f"trainer.resume_from_path={first / 'global_step_2'}",
     )
     resumed = train(cfg)
     assert [h["step"] for h in resumed["history"]] == [3, 4]
     for a, b in zip(full_run["history"][2:], resumed["history"]):
         assert_metrics_close(a, b)
-    # Identical weights, optimizer moments and schedule after step 4.
-    a_dir, b_dir = first / "global_step_4" / "actor", tmp_path / "global_step_4" / "actor"
-    a_model, b_model = _read_shard(a_dir / "model_world_size_1_rank_0.safetensors"), _read_shard(b_dir / "model_world_size_1_rank_0.safetensors")
-    assert a_model.keys() == b_model.keys()
-    for key in a_model:
-        assert torch.equal(a_model[key], b_model[key]), key
-    a_opt = torch.load(a_dir / "optim_world_size_1_rank_0.pt", weights_only=True)
-    b_opt = torch.load(b_dir / "optim_world_size_1_rank_0.pt", weights_only=True)
-    for index, state in a_opt["state"].items():
-        for key, value in state.items():
-            assert torch.equal(value, b_opt["state"][index][key]), (index, key)
-    a_extra = torch.load(a_dir / "extra_state_world_size_1_rank_0.pt", weights_only=True)
-    b_extra = torch.load(b_dir / "extra_state_world_size_1_rank_0.pt", weights_only=True)
-    assert a_extra["lr_scheduler"] == b_extra["lr_scheduler"]
-    assert a_extra["worker"] == b_extra["worker"]
+    assert full_run["history"][2]["actor/reward_kl_penalty_coeff"] != 0.001  # adapted, and restored
+    # Identical weights, optimizer moments and schedule after step 4, for actor and critic.
+    for role in ("actor", "critic"):
+        a_dir, b_dir = first / "global_step_4" / role, tmp_path / "global_step_4" / role
+        a_model, b_model = _read_shard(a_dir / "model_world_size_1_rank_0.safetensors"), _read_shard(b_dir / "model_world_size_1_rank_0.safetensors")
+        assert a_model.keys() == b_model.keys()
+        for key in a_model:
+            assert torch.equal(a_model[key], b_model[key]), (role, key)
+        a_opt = torch.load(a_dir / "optim_world_size_1_rank_0.pt", weights_only=True)
+        b_opt = torch.load(b_dir / "optim_world_size_1_rank_0.pt", weights_only=True)
+        assert a_opt["state"].keys() == b_opt["state"].keys() and a_opt["state"]
+        for index, state in a_opt["state"].items():
+            for key, value in state.items():
+                assert torch.equal(value, b_opt["state"][index][key]), (role, index, key)
+        a_extra = torch.load(a_dir / "extra_state_world_size_1_rank_0.pt", weights_only=True)
+        b_extra = torch.load(b_dir / "extra_state_world_size_1_rank_0.pt", weights_only=True)
+        assert a_extra["lr_scheduler"] == b_extra["lr_scheduler"]
+        assert a_extra["worker"] == b_extra["worker"]
     a_data = torch.load(first / "global_step_4" / "data.pt", weights_only=True)
     b_data = torch.load(tmp_path / "global_step_4" / "data.pt", weights_only=True)
     assert a_data == b_data
@@ -133,7 +153,11 @@ def test_retention_keeps_newest(full_run, tmp_path):
         shutil.copytree(full_run["root"] / f"global_step_{step}", tmp_path / f"global_step_{step}")
     shutil.copytree(full_run["root"] / "global_step_4", tmp_path / "global_step_6")
     removed = apply_retention(str(tmp_path), 4, {"actor": 1, "critic": None})
-    assert removed == [str(tmp_path / "global_step_2" / "actor"), str(tmp_path / "global_step_2")]
+    assert removed == [str(tmp_path / "global_step_2" / "actor")]
+    # Not resumable any more (no actor), but its critic is kept as asked.
+    assert (tmp_path / "global_step_2" / "critic").is_dir()
+    removed = apply_retention(str(tmp_path), 4, {"actor": 1, "critic": 1})
+    assert removed == [str(tmp_path / "global_step_2" / "critic"), str(tmp_path / "global_step_2")]
     # A higher step from an abandoned run is not counted (it is replaced when reached).
     assert (tmp_path / "global_step_4").is_dir() and (tmp_path / "global_step_6").is_dir()
 

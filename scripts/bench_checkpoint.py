@@ -1,0 +1,99 @@
+"""Time a checkpoint round trip of a real model on this machine, one rank:
+
+    python -m scripts.bench_checkpoint [--model_path DIR] [--out DIR] [--lora_rank R]
+
+Builds the FSDP2 actor as the worker does (default: the embedded SmolLM2-135M), takes one
+AdamW step so the optimizer has state, then times the sharded save (per part), the
+`hf_model` export, loading into a fresh model and optimizer, and the merger, and prints
+the sizes on disk.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+import time
+
+
+def _size_mb(path: str) -> float:
+    total = 0
+    for folder, _, files in os.walk(path):
+        total += sum(os.path.getsize(os.path.join(folder, f)) for f in files)
+    return total / 2**20
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model_path", default=None)
+    parser.add_argument("--out", default=None, help="scratch folder (default: a temporary one, removed after)")
+    parser.add_argument("--lora_rank", type=int, default=0)
+    args = parser.parse_args(argv)
+
+    import torch
+    import torch.distributed as dist
+    from omegaconf import OmegaConf
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from scripts.model_merger import merge
+    from workers.base import Worker
+    from workers.checkpoint import FSDPCheckpointer
+    from workers.fsdp_utils import build_optimizer
+    from workers.fsdp_workers import _load_hf_model
+    from workers.lora import merged_state
+
+    if args.model_path is None:
+        from hybrid.defaults import default_model_path
+
+        args.model_path = default_model_path()
+    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+    Worker()  # joins a one-rank process group, as a local worker group does
+    model_cfg = OmegaConf.create({"path": args.model_path, "lora_rank": args.lora_rank, "lora_alpha": 16, "target_modules": "all-linear"})
+    tokenizer = AutoTokenizer.from_pretrained(args.model_path)
+
+    def build():
+        module, hf_config = _load_hf_model(AutoModelForCausalLM, model_cfg, OmegaConf.create({"mixed_precision": "auto"}),
+                                           seed=0, trainable=True, lora=args.lora_rank > 0)
+        optimizer = build_optimizer([p for p in module.parameters() if p.requires_grad], OmegaConf.create({"lr": 1e-5}))
+        hf_state = (lambda: merged_state(module)) if args.lora_rank > 0 else None
+        ckpt = FSDPCheckpointer(module, optimizer, None, hf_config, tokenizer, args.model_path, hf_state_fn=hf_state,
+                                tie_word_embeddings=bool(getattr(hf_config, "tie_word_embeddings", False)))
+        return module, optimizer, ckpt
+
+    out = args.out or tempfile.mkdtemp(prefix="bench_ckpt_")
+    try:
+        module, optimizer, ckpt = build()
+        ids = torch.randint(0, len(tokenizer), (2, 32))
+        module(input_ids=ids, use_cache=False).logits.float().mean().backward()
+        optimizer.step()
+        params = sum(p.numel() for p in module.parameters())
+        path = os.path.join(out, "global_step_1.partial", "actor")
+        start = time.perf_counter()
+        parts = ckpt.save(path, 1, ["model", "optimizer", "extra"])
+        save_s = time.perf_counter() - start
+        start = time.perf_counter()
+        ckpt.save(os.path.join(out, "hf_export"), 1, ["hf_model"])
+        export_s = time.perf_counter() - start
+        del module, optimizer, ckpt
+        _, _, fresh = build()
+        start = time.perf_counter()
+        load_parts = fresh.load(path, ["model", "optimizer", "extra"])
+        load_s = time.perf_counter() - start
+        start = time.perf_counter()
+        merge(path, os.path.join(out, "merged"), progress=False)
+        merge_s = time.perf_counter() - start
+        print(f"model {args.model_path} ({params / 1e6:.1f} M parameters, lora_rank={args.lora_rank}), threads={torch.get_num_threads()}")
+        print(f"save  {save_s:6.2f} s  ({', '.join(f'{k} {v:.2f}' for k, v in parts.items())})  {_size_mb(path):.0f} MB")
+        print(f"load  {load_s:6.2f} s  ({', '.join(f'{k} {v:.2f}' for k, v in load_parts.items())})")
+        print(f"hf_model export {export_s:6.2f} s  {_size_mb(os.path.join(out, 'hf_export', 'huggingface')):.0f} MB")
+        print(f"merge {merge_s:6.2f} s  {_size_mb(os.path.join(out, 'merged')):.0f} MB")
+    finally:
+        if args.out is None:
+            shutil.rmtree(out, ignore_errors=True)
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
