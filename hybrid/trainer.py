@@ -190,6 +190,20 @@ class PPOTrainer:
         metrics["train/kept_group_fraction"] = kept_rows / max(num_gen * want, 1)
         return merged[:usable] if usable else None
 
+    def on_policy_update(self) -> bool:
+        """True when the actor update is one optimizer step on the whole batch with nothing
+        else reading old log-probs: they then equal the update's own forward pass, so the
+        separate pass is skipped (actor.skip_old_log_prob_on_policy)."""
+        cfg = self.config
+        actor = cfg.actor_rollout_ref.actor
+        return (
+            bool(actor.get("skip_old_log_prob_on_policy", True))
+            and int(actor.get("ppo_epochs", 1)) == 1
+            and int(actor.ppo_mini_batch_size) >= int(cfg.data.train_batch_size)
+            and not cfg.algorithm.use_kl_in_reward
+            and not cfg.algorithm.filter_groups.get("enable", False)
+        )
+
     # ------------------------------------------------------------------ one step
     def train_step(self, batch: DataProto, batch_iter, metrics: dict, timing: dict) -> DataProto | None:
         cfg = self.config
@@ -203,12 +217,13 @@ class PPOTrainer:
         if cfg.trainer.get("balance_batch", True):
             metrics.update(balance_batch(batch, self.world_size))
 
-        with timed("old_log_prob", timing):
-            old = self.actor_rollout_wg.compute_log_prob(batch)
-        entropys = old.batch.pop("entropys")
-        metrics["actor/entropy"] = float(agg_loss(entropys, batch.batch["response_mask"], cfg.actor_rollout_ref.actor.loss_agg_mode))
-        old.meta_info.pop("timing", None)
-        batch = batch.union(old)
+        if not self.on_policy_update():
+            with timed("old_log_prob", timing):
+                old = self.actor_rollout_wg.compute_log_prob(batch)
+            entropys = old.batch.pop("entropys")
+            metrics["actor/entropy"] = float(agg_loss(entropys, batch.batch["response_mask"], cfg.actor_rollout_ref.actor.loss_agg_mode))
+            old.meta_info.pop("timing", None)
+            batch = batch.union(old)
 
         if self.use_reference_policy:
             with timed("ref", timing):

@@ -61,21 +61,30 @@ class DataParallelPPOActor:
         self.world_size = dist.get_world_size() if dist.is_initialized() else 1
 
     # ------------------------------------------------------------------ forward
-    def _forward_micro(self, micro: dict, temperature: float, calculate_entropy: bool):
+    def _forward_micro(self, micro: dict, temperature: float, calculate_entropy: bool, entropy_grad: bool = True):
+        """Log-probs and (if asked) entropy; `entropy_grad=False` computes the entropy as a
+        metric only, without keeping its softmax for the backward pass."""
         responses = micro["responses"]
         response_len = responses.shape[1]
         logits, valid = forward_response_logits(self.module, micro, response_len, self.use_remove_padding)
         logits = logits.float() / temperature
+
+        def entropy_of(x):
+            if entropy_grad:
+                return entropy_from_logits(x)
+            with torch.no_grad():
+                return entropy_from_logits(x.detach())
+
         if valid is None:
             log_probs = logprobs_from_logits(logits, responses)
-            entropy = entropy_from_logits(logits) if calculate_entropy else None
+            entropy = entropy_of(logits) if calculate_entropy else None
             return log_probs, entropy
         log_probs = torch.zeros(responses.shape, dtype=torch.float32, device=responses.device)
         log_probs[valid] = logprobs_from_logits(logits, responses[valid])
         entropy = None
         if calculate_entropy:
             entropy = torch.zeros_like(log_probs)
-            entropy[valid] = entropy_from_logits(logits)
+            entropy[valid] = entropy_of(logits)
         return log_probs, entropy
 
     def _micro_batches(self, data: DataProto, micro_batch_size: int, use_dynamic_bsz: bool, max_token_len: int):
@@ -130,12 +139,25 @@ class DataParallelPPOActor:
         use_kl_loss = bool(cfg.get("use_kl_loss", False))
         use_tis = float(cfg.get("tis_imp_ratio_cap", -1) or -1) > 0 and "rollout_log_probs" in data.batch.keys()
 
-        keys = ["responses", "input_ids", "attention_mask", "position_ids", "response_mask", "old_log_probs", "advantages"]
+        mini_bsz = int(data.meta_info["ppo_mini_batch_size"])  # samples per rank
+        # On-policy (one optimizer step on the whole batch): the driver skipped the old
+        # log-prob pass, because the weights that would compute it are the ones being
+        # updated; this forward's log-probs, detached, are the old ones (ratio 1).
+        on_policy = "old_log_probs" not in data.batch.keys()
+        if on_policy and (int(cfg.get("ppo_epochs", 1)) != 1 or mini_bsz < len(data)):
+            raise ValueError(
+                f"update_actor got no old_log_probs, which is only valid for one optimizer step on the whole batch, "
+                f"but ppo_epochs={cfg.get('ppo_epochs', 1)} and the mini-batch has {mini_bsz} of {len(data)} samples"
+            )
+        has_rollout_lp = "rollout_log_probs" in data.batch.keys()
+        keys = ["responses", "input_ids", "attention_mask", "position_ids", "response_mask", "advantages"]
+        if not on_policy:
+            keys.append("old_log_probs")
         if use_kl_loss:
             keys.append("ref_log_prob")
-        if use_tis:
+        if use_tis or (on_policy and has_rollout_lp):
             keys.append("rollout_log_probs")
-        mini_bsz = int(data.meta_info["ppo_mini_batch_size"])  # samples per rank
+        logp_diff_max = 0.0
         seq_level = loss_agg_mode.startswith("seq-mean")
         sums: dict[str, float] = defaultdict(float)
         counts: dict[str, float] = defaultdict(float)
@@ -155,6 +177,7 @@ class DataParallelPPOActor:
                 mask_all = mini_tensors["response_mask"]
                 local_units = float(mask_all.any(-1).sum() if seq_level else mask_all.sum())
                 global_units = max(self._global_count(local_units), 1.0)
+                global_tokens = max(self._global_count(float(mask_all.sum())), 1.0) if on_policy else 1.0
                 self.optimizer.zero_grad(set_to_none=True)
                 groups = self._micro_batches(
                     mini,
@@ -168,9 +191,21 @@ class DataParallelPPOActor:
                     mask = micro["response_mask"]
                     units = float(mask.any(-1).sum() if seq_level else mask.sum())
                     weight = units / global_units
-                    log_prob, entropy = self._forward_micro(micro, temperature, entropy_coeff != 0)
+                    log_prob, entropy = self._forward_micro(
+                        micro, temperature, entropy_coeff != 0 or on_policy, entropy_grad=entropy_coeff != 0
+                    )
+                    if on_policy:
+                        old_log_prob = log_prob.detach()
+                        # The metrics the skipped old log-prob pass would have given.
+                        sums["actor/entropy"] += float(agg_loss(entropy.detach(), mask, loss_agg_mode)) * weight
+                        if has_rollout_lp:
+                            diff = (micro["rollout_log_probs"] - old_log_prob).abs()[mask.bool()]
+                            sums["rollout/logp_abs_diff_mean"] += float(diff.sum()) / global_tokens
+                            logp_diff_max = max(logp_diff_max, float(diff.max()) if diff.numel() else 0.0)
+                    else:
+                        old_log_prob = micro["old_log_probs"]
                     pg_loss, pg_metrics = policy_loss_fn(
-                        old_log_prob=micro["old_log_probs"],
+                        old_log_prob=old_log_prob,
                         log_prob=log_prob,
                         advantages=micro["advantages"],
                         response_mask=mask,
@@ -211,7 +246,17 @@ class DataParallelPPOActor:
         else:
             lrs.append(self.optimizer.param_groups[0]["lr"])
         self.optimizer.zero_grad(set_to_none=True)
-        return self._reduce_metrics(sums, counts["mini"], grad_norms, lrs)
+        metrics = self._reduce_metrics(sums, counts["mini"], grad_norms, lrs)
+        if on_policy and has_rollout_lp:
+            metrics["rollout/logp_abs_diff_max"] = self._global_max(logp_diff_max)
+        return metrics
+
+    def _global_max(self, value: float) -> float:
+        if self.world_size == 1:
+            return value
+        t = torch.tensor([value], dtype=torch.float64, device=current_device())
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return float(t.item())
 
     def _reduce_metrics(self, sums, num_minis, grad_norms, lrs) -> dict[str, float]:
         """Per-micro weighted sums are global means once summed over ranks; average over minis."""

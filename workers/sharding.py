@@ -26,6 +26,9 @@ def _gather(tensor: torch.Tensor | MergedLoraWeight, dtype: torch.dtype) -> torc
     if isinstance(tensor, MergedLoraWeight):
         return tensor.full(dtype)
     if isinstance(tensor, DTensor):
+        if tensor.device_mesh.size() == 1:
+            # One rank holds everything: skip the collective and its copy.
+            return tensor.to_local().to(dtype)
         return tensor.to(dtype).full_tensor()
     return tensor.to(dtype)
 

@@ -102,6 +102,31 @@ def test_micro_batching_modes_match(tiny_model_dir, batch, local_result, overrid
     assert (after - ref_after)[mask].abs().max() <= TOL
 
 
+def test_on_policy_update_without_old_log_probs_matches(tiny_model_dir, batch, local_result):
+    """Skipping the old log-prob pass (one optimizer step per batch) gives the same update,
+    and the update itself reports entropy and the engine/trainer gap."""
+    cfg = engine_config(tiny_model_dir, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2")
+    group = _actor_group(cfg, None)
+    ref_before, ref_metrics, ref_after = local_result
+    mask = batch.batch["response_mask"].bool()
+    shifted = (ref_before - 0.25) * mask  # a stand-in engine log-prob 0.25 off on every valid token
+    on_policy = batch.select(deepcopy=True).union(DataProto.from_dict(tensors={"rollout_log_probs": shifted}))
+    metrics = group.update_actor(on_policy).meta_info["metrics"]
+    after = group.compute_log_prob(batch).batch["old_log_probs"]
+    assert abs(metrics["actor/pg_loss"] - ref_metrics["actor/pg_loss"]) <= TOL
+    assert (after - ref_after)[mask].abs().max() <= TOL
+    assert metrics["rollout/logp_abs_diff_mean"] == pytest.approx(0.25, abs=1e-5)
+    assert metrics["rollout/logp_abs_diff_max"] == pytest.approx(0.25, abs=1e-5)
+    assert 0 < metrics["actor/entropy"] < 12  # log(vocab) bounds the entropy
+
+
+def test_update_without_old_log_probs_refuses_several_steps(tiny_model_dir, batch):
+    cfg = engine_config(tiny_model_dir, "actor_rollout_ref.actor.ppo_mini_batch_size=2")
+    group = _actor_group(cfg, None)
+    with pytest.raises(ValueError, match="only valid for one optimizer step on the whole batch"):
+        group.update_actor(batch.select(deepcopy=True))
+
+
 def test_killed_worker_raises_naming_it(ray_cluster, tiny_model_dir, batch):
     import ray
 

@@ -1,0 +1,181 @@
+"""Rollout throughput: the fused hybrid worker against a standalone `vllm.LLM.generate`.
+
+    python -m scripts.bench_rollout [--prompts 32] [--n 4] [--tokens 64] [--rounds 2]
+
+Both sides generate the same prompts (the default arithmetic validation prompts, chat
+template applied) with the same engine settings (dtype, eager mode, batched-token
+budget, KV cache size) and `ignore_eos`, so both produce exactly prompts x n x tokens
+tokens. The fused side is `generate_sequences` of the hybrid worker (its engine started
+with dummy weights and filled by the in-memory sync), measured end to end: engine call,
+log-prob extraction and the DataProto assembly. Each side runs in its own subprocess
+(two vLLM engines do not share a process), alternating, `--rounds` times; every
+subprocess warms up once before it is timed. The table gives the best round of each and
+the ratio fused / standalone (goal >= 0.9).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+
+def _settings(args) -> dict:
+    return {"prompts": args.prompts, "n": args.n, "tokens": args.tokens, "repeats": args.repeats}
+
+
+def _prompt_batch(config, count: int):
+    from transformers import AutoTokenizer
+
+    from hybrid.trainer import build_dataloaders
+    from protocol import DataProto
+
+    tokenizer = AutoTokenizer.from_pretrained(config.actor_rollout_ref.model.path)
+    _, val_dl = build_dataloaders(config, tokenizer)
+    batch = DataProto.from_single_dict(next(iter(val_dl)))
+    if len(batch) < count:
+        raise SystemExit(f"bench_rollout: the validation set has {len(batch)} prompts, fewer than --prompts {count}")
+    return batch[:count]
+
+
+def _config(settings: dict):
+    from omegaconf import OmegaConf
+
+    from hybrid.config import load_config
+    from hybrid.defaults import register_resolvers
+
+    register_resolvers()
+    config = load_config([
+        f"actor_rollout_ref.rollout.n={settings['n']}",
+        f"data.max_response_length={settings['tokens']}",
+        f"data.val_batch_size={settings['prompts']}",
+        "actor_rollout_ref.rollout.ignore_eos=true",
+        "actor_rollout_ref.rollout.free_cache_engine=false",
+        "trainer.worker_group=local",
+    ])
+    OmegaConf.resolve(config)
+    return config
+
+
+def _engine_kwargs(rollout_cfg, model_path: str) -> dict:
+    """What the fused worker passes to vllm.LLM, minus the dummy load (workers/rollout/vllm_rollout.py)."""
+    from workers.device import resolve_dtype_name
+
+    max_model_len = int(rollout_cfg.prompt_length) + int(rollout_cfg.response_length)
+    return dict(
+        model=model_path,
+        dtype=resolve_dtype_name(str(rollout_cfg.dtype)),
+        enforce_eager=bool(rollout_cfg.enforce_eager),
+        max_model_len=max_model_len,
+        max_num_seqs=int(rollout_cfg.max_num_seqs),
+        max_num_batched_tokens=max(int(rollout_cfg.max_num_batched_tokens), max_model_len),
+        enable_prefix_caching=False,
+        seed=0,
+    )
+
+
+def run_standalone(settings: dict) -> dict:
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    config = _config(settings)
+    rollout_cfg = config.actor_rollout_ref.rollout
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(rollout_cfg.cpu_kvcache_space_gb))
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    from workers.rollout.base import prompt_token_lists
+
+    batch = _prompt_batch(config, settings["prompts"])
+    llm = LLM(**_engine_kwargs(rollout_cfg, config.actor_rollout_ref.model.path))
+    requests = [
+        TokensPrompt(prompt_token_ids=ids)
+        for ids in prompt_token_lists(batch.batch["input_ids"], batch.batch["attention_mask"])
+    ]
+    params = SamplingParams(n=settings["n"], temperature=1.0, max_tokens=settings["tokens"], ignore_eos=True)
+    llm.generate(requests, params, use_tqdm=False)  # warm-up
+    times, tokens = [], 0
+    for _ in range(settings["repeats"]):
+        start = time.perf_counter()
+        outputs = llm.generate(requests, params, use_tqdm=False)
+        times.append(time.perf_counter() - start)
+        tokens = sum(len(c.token_ids) for o in outputs for c in o.outputs)
+    return {"seconds": min(times), "tokens": tokens, "dtype": _engine_kwargs(rollout_cfg, "")["dtype"]}
+
+
+def run_fused(settings: dict) -> dict:
+    config = _config(settings)
+    from hybrid.roles import build_worker_groups
+
+    batch = _prompt_batch(config, settings["prompts"])
+    group = build_worker_groups(config)["actor_rollout"]
+    group.init_model()
+    prompts = batch.select(batch_keys=["input_ids", "attention_mask", "position_ids"])
+    group.generate_sequences(prompts)  # warm-up; also the first weight sync
+    times, engine_times, tokens = [], [], 0
+    for _ in range(settings["repeats"]):
+        start = time.perf_counter()
+        out = group.generate_sequences(prompts)
+        times.append(time.perf_counter() - start)
+        engine_times.append(out.meta_info["timing"]["generate"])
+        # With ignore_eos the engine always generates max_tokens; response_mask stops at the
+        # first EOS, so it would undercount the work done.
+        tokens = int(out.batch["responses"].numel())
+    return {"seconds": min(times), "engine_seconds": min(engine_times), "tokens": tokens}
+
+
+def _child(mode: str, settings: dict) -> dict:
+    cmd = [sys.executable, "-m", "scripts.bench_rollout", "--child", mode, "--settings", json.dumps(settings)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-8000:])
+        raise SystemExit(f"bench_rollout: the {mode} run failed (exit {proc.returncode})")
+    marker = next(line for line in reversed(proc.stdout.splitlines()) if line.startswith("RESULT "))
+    return json.loads(marker[len("RESULT "):])
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m scripts.bench_rollout", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--prompts", type=int, default=32)
+    parser.add_argument("--n", type=int, default=4)
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=2, help="timed generate calls per subprocess (best is kept)")
+    parser.add_argument("--rounds", type=int, default=2, help="alternating subprocess pairs")
+    parser.add_argument("--child", choices=["standalone", "fused"], help=argparse.SUPPRESS)
+    parser.add_argument("--settings", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
+    if args.child:
+        result = (run_standalone if args.child == "standalone" else run_fused)(json.loads(args.settings))
+        print("RESULT " + json.dumps(result), flush=True)
+        return 0
+
+    settings = _settings(args)
+    results = {"standalone": [], "fused": []}
+    for _ in range(args.rounds):
+        for mode in ("standalone", "fused"):
+            results[mode].append(_child(mode, settings))
+    best = {mode: min(runs, key=lambda r: r["seconds"]) for mode, runs in results.items()}
+    tps = {mode: r["tokens"] / r["seconds"] for mode, r in best.items()}
+    ratio = tps["fused"] / tps["standalone"]
+    expected = args.prompts * args.n * args.tokens
+    print(f"\nrollout: {args.prompts} prompts x {args.n} samples x {args.tokens} tokens (ignore_eos), "
+          f"dtype {best['standalone']['dtype']}, OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}, "
+          f"{platform.processor() or platform.machine()} with {os.cpu_count()} cores")
+    print(f"{'engine':<28} {'tokens':>7} {'seconds':>8} {'tokens/s':>9} {'ratio':>6}")
+    for mode, label in (("standalone", "vllm.LLM.generate"), ("fused", "hybrid generate_sequences")):
+        r = best[mode]
+        print(f"{label:<28} {r['tokens']:>7} {r['seconds']:>8.2f} {tps[mode]:>9.1f} {tps[mode] / tps['standalone']:>6.2f}")
+    print(f"  (fused engine call alone: {best['fused']['engine_seconds']:.2f} s; "
+          f"all rounds s: standalone {[round(r['seconds'], 2) for r in results['standalone']]}, "
+          f"fused {[round(r['seconds'], 2) for r in results['fused']]})")
+    print(f"fused / standalone = {ratio:.2f} (goal >= 0.9)")
+    if any(r["tokens"] != expected for r in best.values()):
+        print(f"warning: expected {expected} tokens per run; got {[r['tokens'] for r in best.values()]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
