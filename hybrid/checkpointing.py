@@ -158,8 +158,7 @@ def load_checkpoint(trainer) -> int:
     root = _root(trainer)
     # Resolved first: a resume_from_path naming a partial folder is reported as partial.
     path = resume_checkpoint(trainer.config, trainer.use_critic)
-    if trainer.config.trainer.get("resume_mode", "auto") != "disable":
-        remove_partial_checkpoints(root)
+    remove_partial_checkpoints(root)  # never resumable, whatever the mode
     if path is None:
         if trainer.config.trainer.get("resume_mode", "auto") == "auto":
             print(f"checkpoint: no complete checkpoint under {root}; starting from step 0", flush=True)

@@ -123,7 +123,9 @@ def _copy_metadata(src: str, target_dir: str, model_config: bool = True) -> None
             continue
         if not model_config and name in ("config.json", "generation_config.json"):
             continue
-        shutil.copy2(path, os.path.join(target_dir, name))
+        target = os.path.join(target_dir, name)
+        if not (os.path.exists(target) and os.path.samefile(path, target)):  # --target_dir <local_dir>/huggingface
+            shutil.copy2(path, target)
 
 
 def merge(local_dir: str, target_dir: str, max_shard_size: str = "5GB", save_lora_adapter: bool = False,

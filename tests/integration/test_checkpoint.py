@@ -184,6 +184,22 @@ def test_merged_folder_matches_trained_actor(full_run, tmp_path, tokenizer):
     assert merger_main(["test", "--backend", "fsdp", "--local_dir", str(base), "--test_hf_dir", str(target)]) == 1
 
 
+def test_merge_into_the_checkpoints_own_huggingface_folder(full_run, tmp_path, tokenizer):
+    """verl users write `--target_dir <local_dir>/huggingface`: the config and tokenizer
+    already there are kept, the weights added."""
+    from transformers import AutoModelForCausalLM
+
+    from scripts.model_merger import main as merger_main
+
+    actor = tmp_path / "actor"
+    shutil.copytree(full_run["root"] / "global_step_4" / "actor", actor)
+    assert merger_main(["merge", "--backend", "fsdp", "--local_dir", str(actor), "--target_dir", str(actor / "huggingface")]) == 0
+    model = AutoModelForCausalLM.from_pretrained(actor / "huggingface", dtype=torch.float32)
+    with torch.no_grad():
+        logits = model(input_ids=probe_batch(tokenizer), use_cache=False).logits
+    assert (logits - full_run["logits"]).abs().max().item() <= 1e-5
+
+
 @pytest.mark.slow
 def test_vllm_loads_merged_folder(full_run, tmp_path, tokenizer):
     from scripts.model_merger import main as merger_main
