@@ -57,6 +57,10 @@ def _command(model_dir, files, root) -> list[str]:
 
 def _env(**extra) -> dict:
     env = dict(os.environ, TOKENIZERS_PARALLELISM="false", **extra)
+    # In-process worker groups of earlier tests in this pytest process leave their rank and
+    # rendezvous port here; the child must pick its own port, not collide with ours.
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(key, None)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     return env
 
