@@ -167,7 +167,8 @@ def load_checkpoint(trainer) -> int:
     trainer.actor_rollout_wg.load_checkpoint(os.path.join(path, "actor"))
     if trainer.use_critic:
         trainer.critic_wg.load_checkpoint(os.path.join(path, "critic"))
-    data = torch.load(os.path.join(path, DATA_FILE), map_location="cpu", weights_only=True)
+    # data.pt holds only plain values and CPU tensors, written by this driver.
+    data = torch.load(os.path.join(path, DATA_FILE), weights_only=True)
     trainer.train_dataloader.load_state_dict(data["dataloader"])
     if trainer.kl_ctrl is not None and data.get("kl_coef") is not None:
         trainer.kl_ctrl.value = float(data["kl_coef"])

@@ -35,7 +35,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor, Replicate, Shard
 
-from workers.device import get_torch_device
+from workers.device import get_torch_device, host_device
 
 CONTENTS = ("model", "optimizer", "extra", "hf_model")
 META_FILE = "fsdp_config.json"
@@ -107,7 +107,7 @@ def save_model_shard(model: torch.nn.Module, path: str, rank: int, world_size: i
             "dtype": str(tensor.dtype).removeprefix("torch."),
             "placement": _placement(tensor),
         }
-        tensors[name] = _local(tensor).detach().to("cpu").contiguous()
+        tensors[name] = _local(tensor).detach().to(host_device()).contiguous()
     save_file(tensors, path, metadata={"format": "pt", "world_size": str(world_size), "rank": str(rank)})
     return layout
 
@@ -156,7 +156,7 @@ def save_optimizer_shard(optimizer: torch.optim.Optimizer, model: torch.nn.Modul
             if isinstance(value, DTensor):
                 dtensor_keys.setdefault(index, []).append(key)
                 value = value.to_local()
-            state[index][key] = value.detach().to("cpu") if isinstance(value, torch.Tensor) else value
+            state[index][key] = value.detach().to(host_device()) if isinstance(value, torch.Tensor) else value
     torch.save(
         {
             "state": state,
@@ -170,7 +170,7 @@ def save_optimizer_shard(optimizer: torch.optim.Optimizer, model: torch.nn.Modul
 
 @torch.no_grad()
 def load_optimizer_shard(optimizer: torch.optim.Optimizer, model: torch.nn.Module, path: str) -> None:
-    saved = torch.load(path, map_location="cpu", weights_only=True)
+    saved = torch.load(path, map_location=host_device(), weights_only=True)
     names = _param_names(model)
     params = [p for group in optimizer.param_groups for p in group["params"]]
     current = [names.get(id(p), "?") for p in params]
@@ -284,7 +284,7 @@ class HFShardWriter:
         size = tensor.numel() * tensor.element_size()
         if self.pending and self.pending_bytes + size > self.max_shard_bytes:
             self._flush()
-        self.pending[name] = tensor.detach().to("cpu").contiguous()
+        self.pending[name] = tensor.detach().to(host_device()).contiguous()
         self.pending_bytes += size
         self.total_bytes += size
 
@@ -471,7 +471,7 @@ class FSDPCheckpointer:
         timing["optimizer"] = time.perf_counter() - start
         start = time.perf_counter()
         if "extra" in contents:
-            extra = torch.load(os.path.join(local_path, shard_file("extra_state", W, r)), map_location="cpu", weights_only=True)
+            extra = torch.load(os.path.join(local_path, shard_file("extra_state", W, r)), map_location=host_device(), weights_only=True)
             if self.lr_scheduler is not None and extra["lr_scheduler"] is not None:
                 self.lr_scheduler.load_state_dict(extra["lr_scheduler"])
             set_rng_state(extra["rng"])
