@@ -178,10 +178,17 @@ def load_checkpoint(trainer) -> int:
     return step
 
 
+def _last_step(trainer) -> bool:
+    return trainer.global_steps >= trainer.total_training_steps
+
+
 def should_save(trainer) -> bool:
+    """Every save_freq steps and at the last step; also the last step when merge_on_finish
+    asks for a Hugging Face folder, which is made from that checkpoint."""
     freq = int(trainer.config.trainer.get("save_freq", -1) or -1)
-    last_step = trainer.global_steps >= trainer.total_training_steps
-    return freq > 0 and (trainer.global_steps % freq == 0 or last_step)
+    if _last_step(trainer) and trainer.config.trainer.get("merge_on_finish", False):
+        return True
+    return freq > 0 and (trainer.global_steps % freq == 0 or _last_step(trainer))
 
 
 def save_checkpoint(trainer) -> float:
@@ -214,7 +221,30 @@ def save_checkpoint(trainer) -> float:
     apply_retention(root, step, {"actor": cfg.get("max_actor_ckpt_to_keep"), "critic": cfg.get("max_critic_ckpt_to_keep")})
     seconds = time.perf_counter() - start
     print(f"checkpoint: saved {final} in {seconds:.2f} s", flush=True)
+    if _last_step(trainer) and cfg.get("merge_on_finish", False):
+        merge_final_actor(os.path.join(final, "actor"))
     return seconds
+
+
+def merge_final_actor(actor_dir: str) -> str:
+    """trainer.merge_on_finish: the merger turns the final actor checkpoint into a Hugging
+    Face folder in its own `huggingface/` (beside the config and tokenizer already there).
+    Run as the command users run, in a child process: the merger is a tool, not a library
+    of the driver, and a failure there leaves the checkpoint itself untouched."""
+    import subprocess
+    import sys
+
+    target = os.path.join(actor_dir, "huggingface")
+    command = [sys.executable, "-m", "scripts.model_merger", "merge", "--backend", "fsdp",
+               "--local_dir", actor_dir, "--target_dir", target]
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise CheckpointError(
+            f"trainer.merge_on_finish: `{' '.join(command)}` failed (exit {done.returncode}):\n{done.stderr[-2000:]}"
+        )
+    print(f"checkpoint: merged the final actor into {target} in {time.perf_counter() - start:.1f} s", flush=True)
+    return target
 
 
 def _publish(temp: str, final: str) -> None:

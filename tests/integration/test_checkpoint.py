@@ -9,7 +9,8 @@
   model loads;
 - retention keeps the newest max_actor_ckpt_to_keep checkpoints;
 - the step-4 checkpoint merges into a Hugging Face folder whose logits equal the trained
-  actor's, and `model_merger test` agrees with it tensor by tensor.
+  actor's (through the command and through trainer.merge_on_finish), `model_merger test`
+  agrees with it tensor by tensor, and vLLM loads it.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ GAE = [
     "critic.optim.lr=1e-3",
     "critic.model.fsdp_config.mixed_precision=fp32",
     "trainer.save_freq=2",
+    "trainer.merge_on_finish=true",
 ]
 
 
@@ -184,17 +186,15 @@ def test_merged_folder_matches_trained_actor(full_run, tmp_path, tokenizer):
     assert merger_main(["test", "--backend", "fsdp", "--local_dir", str(base), "--test_hf_dir", str(target)]) == 1
 
 
-def test_merge_into_the_checkpoints_own_huggingface_folder(full_run, tmp_path, tokenizer):
-    """verl users write `--target_dir <local_dir>/huggingface`: the config and tokenizer
-    already there are kept, the weights added."""
+def test_merge_on_finish_fills_the_final_huggingface_folder(full_run, tokenizer):
+    """trainer.merge_on_finish runs the merger into the last checkpoint's own huggingface/
+    (where verl users point --target_dir), beside the config and tokenizer kept there."""
     from transformers import AutoModelForCausalLM
 
-    from scripts.model_merger import main as merger_main
-
-    actor = tmp_path / "actor"
-    shutil.copytree(full_run["root"] / "global_step_4" / "actor", actor)
-    assert merger_main(["merge", "--backend", "fsdp", "--local_dir", str(actor), "--target_dir", str(actor / "huggingface")]) == 0
-    model = AutoModelForCausalLM.from_pretrained(actor / "huggingface", dtype=torch.float32)
+    final = full_run["root"] / "global_step_4" / "actor" / "huggingface"
+    assert (final / "model.safetensors").is_file()
+    assert not (full_run["root"] / "global_step_2" / "actor" / "huggingface" / "model.safetensors").exists()
+    model = AutoModelForCausalLM.from_pretrained(final, dtype=torch.float32)
     with torch.no_grad():
         logits = model(input_ids=probe_batch(tokenizer), use_cache=False).logits
     assert (logits - full_run["logits"]).abs().max().item() <= 1e-5
