@@ -45,10 +45,13 @@ def init_ray_if_needed(config) -> None:
     if ray.is_initialized():
         return
     env = {"TOKENIZERS_PARALLELISM": "false", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-    if os.environ.get("HYBRID_CACHE_DIR"):
-        env["HYBRID_CACHE_DIR"] = os.environ["HYBRID_CACHE_DIR"]
+    for name in ("HYBRID_CACHE_DIR", "HYBRID_DEVICE"):
+        if os.environ.get(name):
+            env[name] = os.environ[name]
     kwargs = {"runtime_env": {"env_vars": env}, "include_dashboard": False, "logging_level": "WARNING"}
-    if not is_cuda_available() and config.trainer.nnodes == 1:
+    # A cluster started with `ray start` (RAY_ADDRESS set) owns its resources; a private
+    # one-node cluster gets at least one CPU slot per rank.
+    if not os.environ.get("RAY_ADDRESS") and not is_cuda_available() and config.trainer.nnodes == 1:
         kwargs["num_cpus"] = max(os.cpu_count() or 1, world_size(config))
     ray.init(**kwargs)
 

@@ -123,6 +123,9 @@ class PPOTrainer:
         scores = result["reward_tensor"]
         extra = dict(result.get("reward_extra_info", {}))
         self._reward_metrics.update(result.get("reward_metrics", {}))
+        # Extra keys of a dict-valued score become metrics (their batch mean).
+        for key, values in numeric_columns(extra, len(batch)).items():
+            self._reward_metrics[f"reward_extra/{key}/mean"] = float(np.mean(values))
         if self.use_rm:
             rm = self.rm_wg.compute_rm_score(batch).batch["rm_scores"]
             combine = self.config.reward_model.get("combine", "sum")
@@ -259,9 +262,10 @@ class PPOTrainer:
     def validate(self) -> dict[str, float]:
         if self.val_dataloader is None or self.val_reward_fn is None:
             return {}
-        data_sources, prompts_seen, scores, samples = [], [], [], []
+        data_sources, input_rows, scores, samples = [], [], [], []
+        extra_columns: dict[str, list[float]] = {}
         val_kwargs = self.config.actor_rollout_ref.rollout.val_kwargs
-        for batch_dict in self.val_dataloader:
+        for batch_index, batch_dict in enumerate(self.val_dataloader):
             batch = DataProto.from_single_dict(batch_dict)
             gen_batch = batch.pop(batch_keys=GEN_KEYS)
             gen_batch.meta_info.update({"validate": True, "do_sample": bool(val_kwargs.get("do_sample", False))})
@@ -271,13 +275,19 @@ class PPOTrainer:
             result = self.val_reward_fn(batch, return_dict=True)
             seq_scores = result["reward_tensor"].sum(-1).tolist()
             scores.extend(seq_scores)
+            for key, values in numeric_columns(dict(result.get("reward_extra_info", {})), len(batch)).items():
+                extra_columns.setdefault(key, [float("nan")] * (len(scores) - len(batch))).extend(values)
             data_sources.extend(batch.non_tensor_batch.get("data_source", np.array(["unknown"] * len(batch), dtype=object)).tolist())
+            # Samples are grouped by the validation row they answer (a repeated question
+            # still counts once per row), n adjacent samples per row.
+            input_rows.extend(f"{batch_index}:{i // n}" for i in range(len(batch)))
             prompt_texts = self.tokenizer.batch_decode(batch.batch["prompts"], skip_special_tokens=True)
-            prompts_seen.extend(prompt_texts)
             if len(samples) < int(self.config.trainer.get("log_val_generations", 0)):
                 responses = self.tokenizer.batch_decode(batch.batch["responses"], skip_special_tokens=True)
                 samples.extend(zip(prompt_texts, responses, seq_scores))
-        metrics = process_validation_metrics(np.array(data_sources, dtype=object), np.array(prompts_seen, dtype=object), {"reward": scores}, None)
+        infos = {"reward": scores}
+        infos.update({k: v + [float("nan")] * (len(scores) - len(v)) for k, v in extra_columns.items() if k != "reward"})
+        metrics = process_validation_metrics(np.array(data_sources, dtype=object), np.array(input_rows, dtype=object), infos, None)
         k = int(self.config.trainer.get("log_val_generations", 0))
         if k and samples:
             self.val_logger.log(self.config.trainer.logger, samples[:k], self.global_steps)
@@ -289,7 +299,7 @@ class PPOTrainer:
         self.tracker = Tracking(
             project_name=cfg.trainer.project_name,
             experiment_name=cfg.trainer.experiment_name,
-            default_backend=list(cfg.trainer.logger),
+            default_backend=[cfg.trainer.logger] if isinstance(cfg.trainer.logger, str) else list(cfg.trainer.logger),
             config=cfg,
             local_dir=cfg.trainer.default_local_dir,
         )
@@ -358,6 +368,18 @@ class PPOTrainer:
             metrics["timing_s/save_checkpoint"] = save_checkpoint(self)
 
 
+def numeric_columns(extra_info: dict, rows: int) -> dict[str, list[float]]:
+    """The per-sample numeric columns of a reward manager's extra info (one value per row)."""
+    columns = {}
+    for key, values in extra_info.items():
+        values = list(values) if isinstance(values, (list, tuple, np.ndarray)) else None
+        if values is None or len(values) != rows:
+            continue
+        if all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) for v in values):
+            columns[key] = [float(v) for v in values]
+    return columns
+
+
 def _dict_iter(batch_iter):
     for batch_dict in batch_iter:
         yield DataProto.from_single_dict(batch_dict)
@@ -393,6 +415,9 @@ def run_ppo(config) -> dict:
     from hybrid.defaults import register_resolvers
     from reward.loader import load_reward_manager
 
+    from workers.device import select_device
+
+    select_device(str(config.trainer.get("device", "auto")))
     register_resolvers()
     OmegaConf.resolve(config)  # prepares the default model and data when the config names them
     seed = int(config.trainer.get("seed", 1))

@@ -18,6 +18,20 @@ def is_cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+def select_device(name: str) -> None:
+    """Apply `trainer.device`: `cpu` hides GPUs from hybrid (as HYBRID_DEVICE=cpu does, and
+    Ray workers inherit it), `cuda` insists on one, `auto` takes a GPU when there is one."""
+    if name == "cpu":
+        os.environ["HYBRID_DEVICE"] = "cpu"
+    elif name == "cuda":
+        os.environ.pop("HYBRID_DEVICE", None)
+    elif name != "auto":
+        raise ValueError(f"trainer.device={name!r} is not one of auto, cuda, cpu")
+    is_cuda_available.cache_clear()
+    if name == "cuda":
+        require_cuda("trainer.device=cuda")
+
+
 def get_device_name() -> str:
     """`cuda` when a GPU is visible (and not disabled with HYBRID_DEVICE=cpu), else `cpu`."""
     return "cuda" if is_cuda_available() else "cpu"

@@ -189,6 +189,9 @@ class ActorRolloutRefWorker(Worker):
         sync_s = self.weight_sync.sync()
         if fsdp.get("param_offload", False):
             offload_params(self.actor_module)
+        # A sync only happens when the weights changed; after a validation pass the engine
+        # may be asleep with unchanged weights, so wake it in any case (no-op when awake).
+        self.rollout.wake_up()
         with Timer(name="gen", logger=None) as timer:
             output = self.rollout.generate_sequences(prompts)
         if self.config.rollout.get("free_cache_engine", False):
