@@ -83,7 +83,7 @@ def test_auto_resume_without_checkpoint_starts_fresh(full_run):
 def test_resume_is_exact(full_run, tiny_model_dir, arithmetic_files, tmp_path):
     first = full_run["root"]
     cfg = run_config(
-        tiny_model_dir, arithmetic_files, tmp_path, *GAE,
+        tiny_model_dir, arithmetic_files, tmp_path, *GAE, "trainer.merge_on_finish=false",
         "trainer.resume_mode=resume_path", f"trainer.resume_from_path={first / 'global_step_2'}",
     )
     resumed = train(cfg)
