@@ -15,7 +15,10 @@ TIME_KEYS = ("timing_s/", "timing_per_token_ms/", "perf/time_per_step", "perf/th
 def run_config(model_dir, files, out_dir, *extra):
     from hybrid.config import load_config, validate_config
 
+    # Saving and merging at the end costs a child process; tests that want it say so.
+    pinned = [] if any(e.startswith("trainer.merge_on_finish=") for e in extra) else ["trainer.merge_on_finish=false"]
     cfg = load_config([
+        *pinned,
         f"actor_rollout_ref.model.path={model_dir}",
         f"data.train_files={files['train']}",
         f"data.val_files={files['val']}",

@@ -48,6 +48,7 @@ def _command(model_dir, files, root) -> list[str]:
         "trainer.worker_group=local",
         "trainer.total_training_steps=3",
         "trainer.save_freq=1",
+        "trainer.merge_on_finish=false",
         "trainer.test_freq=-1",
         "trainer.val_before_train=false",
         "trainer.logger=[file]",
