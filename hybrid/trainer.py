@@ -465,4 +465,12 @@ def print_summary(config, result: dict) -> None:
     lines.append(f"  metrics: {os.path.join(config.trainer.default_local_dir, 'metrics.jsonl')}")
     if result.get("plots"):
         lines.append(f"  plots: {os.path.dirname(result['plots'][0])} ({', '.join(os.path.basename(str(p)) for p in result['plots'])})")
+    from hybrid.checkpointing import latest_checkpoint
+
+    checkpoint = latest_checkpoint(os.path.abspath(str(config.trainer.default_local_dir)))
+    if checkpoint is not None:
+        lines.append(f"  checkpoint: {checkpoint}")
+        merged = os.path.join(checkpoint, "actor", "huggingface")
+        if os.path.isdir(merged):
+            lines.append(f"  merged Hugging Face model: {merged}")
     print("\n".join(lines), flush=True)
