@@ -471,6 +471,7 @@ def print_summary(config, result: dict) -> None:
     if checkpoint is not None:
         lines.append(f"  checkpoint: {checkpoint}")
         merged = os.path.join(checkpoint, "actor", "huggingface")
-        if os.path.isdir(merged):
+        # The folder always holds config and tokenizer; weights only once the merger ran.
+        if any(os.path.exists(os.path.join(merged, f)) for f in ("model.safetensors", "model.safetensors.index.json")):
             lines.append(f"  merged Hugging Face model: {merged}")
     print("\n".join(lines), flush=True)

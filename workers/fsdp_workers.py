@@ -322,7 +322,9 @@ class CriticWorker(Worker):
 
         cfg = self.config
         module, self.hf_config = _load_hf_model(
-            AutoModelForTokenClassification, cfg.model, cfg.model.fsdp_config, seed=0, trainable=True, num_labels=1
+            AutoModelForTokenClassification, cfg.model, cfg.model.fsdp_config, seed=0, trainable=True, num_labels=1,
+            # As verl: no dropout on the value head, so values are deterministic functions of the weights.
+            classifier_dropout=0.0
         )
         if cfg.model.get("enable_gradient_checkpointing", False):
             module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
