@@ -143,3 +143,27 @@ def test_killed_worker_raises_naming_it(ray_cluster, tiny_model_dir, batch):
     finally:
         group.shutdown()
         group.pool.remove()
+
+
+def test_in_process_group_ignores_a_busy_inherited_master_port(tmp_path):
+    """A run started by a process that listens on MASTER_PORT (a test runner holding its own
+    process group) must still start: a world of one picks its own free port."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        code = (
+            "from hybrid.controller.local_worker_group import LocalWorkerGroup\n"
+            "from workers.base import Worker\n"
+            "group = LocalWorkerGroup(Worker)\n"
+            "print('rank', group.worker.ping())\n"
+        )
+        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "rank 0" in result.stdout
