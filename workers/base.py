@@ -15,6 +15,7 @@ from datetime import timedelta
 import torch.distributed as dist
 
 from workers.device import get_dist_backend, set_device_for_local_rank
+from workers.host_memory import keep_freed_host_memory
 
 
 def find_free_port() -> int:
@@ -38,6 +39,7 @@ class Worker:
     """Holds rank/world size from the environment and owns the default process group."""
 
     def __init__(self) -> None:
+        keep_freed_host_memory()
         self.rank = int(os.environ.get("RANK", "0"))
         self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))

@@ -34,6 +34,7 @@ from workers.fsdp_utils import (
 )
 from workers.checkpoint import FSDPCheckpointer
 from workers.lora import apply_lora, is_peft_model, lora_rank, merged_state
+from workers.packed_attention import register_packed_attention
 from workers.sharding import EngineWeightSync
 
 ROLES = ("actor", "rollout", "ref", "actor_rollout", "actor_rollout_ref")
@@ -63,7 +64,7 @@ def _load_hf_model(auto_cls, model_config, fsdp_config, seed: int, trainable: bo
         setattr(hf_config, key, value)
     torch.manual_seed(seed)  # freshly initialised heads (the critic's) must agree across ranks
     module = auto_cls.from_pretrained(
-        path, config=hf_config, dtype=torch.float32, attn_implementation="sdpa",
+        path, config=hf_config, dtype=torch.float32, attn_implementation=register_packed_attention(),
         trust_remote_code=bool(model_config.get("trust_remote_code", False)),
     )
     if model_config.get("use_liger", False):

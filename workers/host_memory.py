@@ -1,0 +1,46 @@
+"""Keep freed host memory in the process instead of handing it back to the kernel.
+
+glibc serves every allocation above 32 MiB with a fresh mmap and unmaps it on free, so
+each training step page-faults its large CPU tensors (logits, the tied embedding's dense
+gradient, FSDP's gather buffers) in again, and the kernel zeroes every page. On CPU this
+cost 3-4 s of a 20 s actor update of the 135M model (measured with the profiler:
+`fill_`, `copy_`, `add` and the embedding backward shrink). Turning mmap off for malloc
+and never trimming the heap keeps those pages mapped, as a GPU caching allocator keeps
+device memory; the resident size stays at the step's peak.
+
+Applied once per worker process on Linux with glibc; set HYBRID_KEEP_HOST_MEMORY=0 to
+leave malloc as it is.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+
+# mallopt parameters from glibc's malloc.h
+M_TRIM_THRESHOLD = -1
+M_TOP_PAD = -2
+M_MMAP_MAX = -4
+
+_applied: bool | None = None
+
+
+def keep_freed_host_memory() -> bool:
+    """Tune glibc malloc as described above; returns whether it is in effect."""
+    global _applied
+    if _applied is not None:
+        return _applied
+    _applied = False
+    if os.environ.get("HYBRID_KEEP_HOST_MEMORY", "1") == "0":
+        return False
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return False
+    libc = ctypes.CDLL("libc.so.6")
+    settings = ((M_MMAP_MAX, 0), (M_TRIM_THRESHOLD, 2**31 - 1), (M_TOP_PAD, 256 * 2**20))
+    # mallopt returns 1 on success; a refusal is reported, not hidden
+    failed = [param for param, value in settings if libc.mallopt(param, value) != 1]
+    if failed:
+        raise RuntimeError(f"glibc mallopt refused parameters {failed}; set HYBRID_KEEP_HOST_MEMORY=0 to skip this tuning")
+    _applied = True
+    return True
