@@ -9,7 +9,8 @@ tokens. The fused side is `generate_sequences` of the hybrid worker (its engine 
 with dummy weights and filled by the in-memory sync), measured end to end: engine call,
 log-prob extraction and the DataProto assembly. Each side runs in its own subprocess
 (two vLLM engines do not share a process), alternating, `--rounds` times; every
-subprocess warms up once before it is timed. The table gives the best round of each and
+subprocess warms up once before it is timed; both processes have the worker's malloc
+tuning (workers/host_memory.py). The table gives the best round of each and
 the ratio fused / standalone (goal >= 0.9).
 """
 
@@ -80,6 +81,9 @@ def _engine_kwargs(rollout_cfg, model_path: str) -> dict:
 
 def run_standalone(settings: dict) -> dict:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    from workers.host_memory import keep_freed_host_memory
+
+    keep_freed_host_memory()  # the fused worker's process has it: compare engines, not malloc settings
     config = _config(settings)
     rollout_cfg = config.actor_rollout_ref.rollout
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(rollout_cfg.cpu_kvcache_space_gb))
