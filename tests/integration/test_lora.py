@@ -26,6 +26,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ENGINE_TOL = 1e-3  # fp32 engine vs fp32 actor, as in test_hybrid_engine
 
+# A random tiny model never answers the arithmetic right, so every GRPO advantage would be
+# zero and only numerical noise could move the adapters. This score differs between any
+# two different responses, so each group has a real advantage signal.
+TEXT_REWARD = """
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    return (sum(map(ord, solution_str)) % 97) / 97.0
+"""
+
 
 @pytest.fixture(scope="module")
 def arithmetic_files(tmp_path_factory):
@@ -39,8 +47,13 @@ def lora_run(tiny_model_dir, arithmetic_files, tokenizer, tmp_path_factory):
     from transformers import AutoModelForCausalLM
 
     root = tmp_path_factory.mktemp("lora_run")
+    reward_file = root / "text_reward.py"
+    reward_file.write_text(TEXT_REWARD)
     cfg = run_config(
         tiny_model_dir, arithmetic_files, root,
+        f"custom_reward_function.path={reward_file}",
+        # one optimizer step per training step: step 1's KL is measured before any update
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
         "actor_rollout_ref.rollout.name=vllm",
         "actor_rollout_ref.rollout.max_num_batched_tokens=512",
         "actor_rollout_ref.model.lora_rank=8",
@@ -87,6 +100,7 @@ def test_lora_grpo_trains_adapters_and_syncs_merged_weights(lora_run):
     for metrics in history:
         for key in ("actor/pg_loss", "actor/kl_loss", "actor/grad_norm", "critic/score/mean"):
             assert math.isfinite(metrics[key]), key
+        assert metrics["critic/advantages/max"] > 0 and metrics["actor/grad_norm"] > 1e-4  # a real signal
         # The engine's log-probs of its own samples equal the actor's: the sync sent B @ A.
         assert metrics["rollout/logp_abs_diff_mean"] <= ENGINE_TOL, metrics["rollout/logp_abs_diff_mean"]
     # Only adapters train, and the reference policy is the same module, adapters disabled.
