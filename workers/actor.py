@@ -40,14 +40,14 @@ def forward_response_logits(model, micro: dict, response_len: int, use_remove_pa
             logits_to_keep=response_len + 1,
         )
         return out.logits[:, :-1], None
-    packed_ids, packed_pos, flat_index = pack(input_ids, attention_mask, position_ids)
+    packed_ids, packed_pos, flat_index, varlen = pack(input_ids, attention_mask, position_ids)
     packed_at = torch.full((batch * seq_len,), -1, dtype=torch.long, device=input_ids.device)
     packed_at[flat_index] = torch.arange(flat_index.numel(), device=input_ids.device)
     rows = torch.arange(batch, device=input_ids.device).unsqueeze(1) * seq_len
     cols = torch.arange(seq_len - response_len - 1, seq_len - 1, device=input_ids.device).unsqueeze(0)
     source = packed_at[rows + cols]  # (B, R): packed position predicting each response token
     valid = source >= 0
-    out = model(input_ids=packed_ids, position_ids=packed_pos, use_cache=False, logits_to_keep=source[valid])
+    out = model(input_ids=packed_ids, position_ids=packed_pos, use_cache=False, logits_to_keep=source[valid], **varlen)
     return out.logits[0], valid
 
 

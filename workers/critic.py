@@ -27,8 +27,8 @@ def forward_values(model, micro: dict, response_len: int, use_remove_padding: bo
         out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
         values = out.logits.squeeze(-1)
         return values[:, seq_len - response_len - 1 : seq_len - 1].float()
-    packed_ids, packed_pos, flat_index = pack(input_ids, attention_mask, position_ids)
-    out = model(input_ids=packed_ids, position_ids=packed_pos, use_cache=False)
+    packed_ids, packed_pos, flat_index, varlen = pack(input_ids, attention_mask, position_ids)
+    out = model(input_ids=packed_ids, position_ids=packed_pos, use_cache=False, **varlen)
     flat = torch.zeros(batch * seq_len, dtype=torch.float32, device=input_ids.device)
     flat[flat_index] = out.logits[0].squeeze(-1).float()
     return flat.view(batch, seq_len)[:, seq_len - response_len - 1 : seq_len - 1]

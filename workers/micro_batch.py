@@ -52,14 +52,21 @@ def split_by_token_budget(seq_lens: list[int], max_token_len: int, same_count_as
 def pack(input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor):
     """Concatenate the real tokens of every row into one row.
 
-    Returns packed (1, T) input ids and position ids and the flat index of each kept
-    token in the (B, L) layout, so per-token results can be scattered back.
+    Returns packed (1, T) input ids and position ids, the flat index of each kept token in
+    the (B, L) layout (so per-token results can be scattered back), and the sequence
+    boundaries as transformers' varlen keyword arguments (`cu_seq_lens_q/k`,
+    `max_length_q/k`), which the model passes on to its attention function
+    (workers/packed_attention.py, or flash-attention's varlen kernel).
     """
     keep = attention_mask.reshape(-1).bool()
     flat_index = torch.nonzero(keep, as_tuple=False).squeeze(-1)
     packed_ids = input_ids.reshape(-1)[flat_index].unsqueeze(0)
     packed_pos = position_ids.reshape(-1)[flat_index].unsqueeze(0)
-    return packed_ids, packed_pos, flat_index
+    row_lens = attention_mask.sum(dim=-1, dtype=torch.int32)
+    cu_seq_lens = torch.nn.functional.pad(row_lens.cumsum(0, dtype=torch.int32), (1, 0))
+    max_len = int(row_lens.max())
+    varlen = {"cu_seq_lens_q": cu_seq_lens, "cu_seq_lens_k": cu_seq_lens, "max_length_q": max_len, "max_length_k": max_len}
+    return packed_ids, packed_pos, flat_index, varlen
 
 
 def response_positions_padded(seq_len: int, response_len: int) -> slice:

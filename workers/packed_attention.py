@@ -4,9 +4,10 @@ transformers' `sdpa` turns a packed row (several sequences concatenated, positio
 restarting at 0) into a (T, T) block-diagonal causal mask, so attention costs T^2 although
 only the sum of each sequence's L^2 is needed: with 8 sequences packed, seven eighths of
 the attention work is thrown away (measured: 15% of an actor update of the 135M model on
-CPU). `packed_sdpa` runs causal SDPA on each sequence of the row instead, and is plain
-`sdpa` (same mask, same kernel) for everything else: padded batches, generation with a
-cache, a single sequence. Registered with transformers under ATTN_IMPLEMENTATION.
+CPU). This attention runs causal SDPA on each sequence of the row instead, taking the
+boundaries `pack` already knows, and is plain `sdpa` (same mask, same kernel) for
+everything else: padded batches, generation with a cache, rows packed by someone else.
+Registered with transformers under ATTN_IMPLEMENTATION.
 """
 
 from __future__ import annotations
@@ -16,45 +17,20 @@ import torch.nn.functional as F
 
 ATTN_IMPLEMENTATION = "hybrid_packed_sdpa"
 
-# The layers of one forward share one position_ids tensor: find its sequences once.
-_last_segments: tuple[torch.Tensor, list[int] | None] | None = None
-
-
-def packed_segment_lengths(position_ids: torch.Tensor) -> list[int] | None:
-    """Lengths of the sequences in one packed row, or None when the row is not packed.
-
-    Packed means: several runs of consecutive positions, each starting at 0.
-    """
-    global _last_segments
-    if _last_segments is not None and _last_segments[0] is position_ids:
-        return _last_segments[1]
-    pos = position_ids.reshape(-1)
-    starts = torch.ones_like(pos, dtype=torch.bool)
-    starts[1:] = pos[1:] != pos[:-1] + 1
-    start_idx = torch.nonzero(starts).flatten()
-    lengths = None
-    if start_idx.numel() > 1 and bool((pos[start_idx] == 0).all()):
-        bounds = start_idx.tolist() + [pos.numel()]
-        lengths = [b - a for a, b in zip(bounds[:-1], bounds[1:])]
-    _last_segments = (position_ids, lengths)
-    return lengths
-
 
 def packed_sdpa_attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
-    """query (1, H, T, D), key/value (1, H_kv, T, D) -> (1, T, H, D), as transformers' sdpa."""
+    """query (1, H, T, D), key/value (1, H_kv, T, D) -> (1, T, H, D), as transformers' sdpa.
+
+    A packed row arrives with `cu_seq_lens_q` (the sequence boundaries that
+    workers/micro_batch.pack passes through the model's keyword arguments).
+    """
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    position_ids = kwargs.get("position_ids")
-    lengths = None
+    cu_seq_lens = kwargs.get("cu_seq_lens_q")
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
-    if (
-        causal and position_ids is not None and query.shape[0] == 1
-        and query.shape[2] == key.shape[2] == position_ids.numel()
-        and kwargs.get("past_key_values") is None
-    ):
-        lengths = packed_segment_lengths(position_ids)
-    if lengths is None:
+    if cu_seq_lens is None or not causal or query.shape[0] != 1 or query.shape[2] != key.shape[2]:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs)
+    lengths = [n for n in cu_seq_lens.diff().tolist() if n]  # rows without tokens pack to nothing
     gqa = query.shape[1] != key.shape[1]
     outputs = [
         F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, scale=scaling, is_causal=True, enable_gqa=gqa).transpose(1, 2)

@@ -8,20 +8,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from workers.packed_attention import packed_segment_lengths, register_packed_attention
+from workers.micro_batch import pack
+from workers.packed_attention import register_packed_attention
 
 pytestmark = pytest.mark.integration
 
 TOL = 1e-5
-
-
-def test_segment_lengths_of_packed_and_other_rows():
-    assert packed_segment_lengths(torch.tensor([[0, 1, 2, 0, 1, 0, 1, 2, 3]])) == [3, 2, 4]
-    assert packed_segment_lengths(torch.tensor([[0, 1, 2, 3]])) is None  # one sequence
-    # left padding whose pad positions are 1 is not a packed row
-    assert packed_segment_lengths(torch.tensor([[1, 1, 0, 1, 2]])) is None
-    # a row that does not start at position 0 (a continuation) is not packed either
-    assert packed_segment_lengths(torch.tensor([[5, 6, 0, 1]])) is None
 
 
 def _models(tiny_model_dir):
@@ -45,8 +37,11 @@ def test_packed_row_matches_sdpa_and_separate_sequences(tiny_model_dir, monkeypa
     packed, dense = _models(tiny_model_dir)
     lengths = [5, 9, 3, 7]
     gen = torch.Generator().manual_seed(1)
-    ids = torch.randint(0, packed.config.vocab_size, (1, sum(lengths)), generator=gen)
-    pos = torch.cat([torch.arange(n) for n in lengths]).unsqueeze(0)
+    # rows right-padded to 9, packed by the actor's own `pack` (boundaries included)
+    rows = torch.randint(0, packed.config.vocab_size, (len(lengths), max(lengths)), generator=gen)
+    mask = (torch.arange(max(lengths)) < torch.tensor(lengths).unsqueeze(1)).long()
+    ids, pos, _, varlen = pack(rows, mask, (mask.cumsum(-1) - 1).clamp(min=0))
+    assert varlen["cu_seq_lens_q"].tolist() == [0, 5, 14, 17, 24] and varlen["max_length_q"] == 9
 
     seen_lengths = []
     real_sdpa = F.scaled_dot_product_attention
@@ -56,7 +51,7 @@ def test_packed_row_matches_sdpa_and_separate_sequences(tiny_model_dir, monkeypa
         return real_sdpa(q, *args, **kwargs)
 
     monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
-    logits, grads = _logits_and_grads(packed, input_ids=ids, position_ids=pos)
+    logits, grads = _logits_and_grads(packed, input_ids=ids, position_ids=pos, **varlen)
     monkeypatch.setattr(F, "scaled_dot_product_attention", real_sdpa)
     # forward: one call per sequence and layer, never over the whole row
     assert seen_lengths == lengths * packed.config.num_hidden_layers
