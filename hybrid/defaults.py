@@ -116,6 +116,29 @@ def _resolve(name: str) -> str:
     raise ValueError(f"unknown default asset {name!r}; known: model, train, val")
 
 
+def resolve_default_assets(config):
+    """`config` with every `hybrid-default:NAME` placeholder replaced by the prepared asset.
+
+    Typed configs carry placeholders so that checking them never converts the model; a run
+    calls this once, before anything reads a path. Returns a new frozen config.
+    """
+    import dataclasses
+
+    from hybrid.config.validate import DEFAULT_ASSET_PREFIX
+
+    def walk(value):
+        if dataclasses.is_dataclass(value):
+            changes = {f.name: walk(getattr(value, f.name)) for f in dataclasses.fields(value)}
+            return dataclasses.replace(value, **changes)
+        if isinstance(value, str) and value.startswith(DEFAULT_ASSET_PREFIX):
+            return _resolve(value[len(DEFAULT_ASSET_PREFIX):])
+        if isinstance(value, tuple):
+            return tuple(walk(v) for v in value)
+        return value
+
+    return walk(config)
+
+
 def register_resolvers() -> None:
     from omegaconf import OmegaConf
 

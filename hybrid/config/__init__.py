@@ -1,6 +1,8 @@
 """Loading the PPO configuration and checking command-line overrides against it.
 
-`load_config` composes `ppo_trainer.yaml` with Hydra's compose API (for tests and tools);
+`build_config(overrides)` is the Python API (notebooks, tests): it composes the yaml with
+the overrides and returns the frozen, checked `HybridConfig`; change it with
+`dataclasses.replace` and train it with `hybrid.trainer.run_ppo`. `load_config` composes `ppo_trainer.yaml` with Hydra's compose API (for tests and tools);
 `python -m hybrid.main_ppo` composes the same file through `@hydra.main`. Both check
 override keys first with `check_override_keys`, because Hydra's own error for a typo
 ("Key ... is not in struct") suggests nothing, and both pass overrides through
@@ -21,7 +23,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from hybrid.config.validate import ConfigError, validate_config
+from hybrid.config.schema import HybridConfig
+from hybrid.config.validate import ConfigError, typed_config, validate_config
 
 CONFIG_DIR = str(Path(__file__).resolve().parent)
 CONFIG_NAME = "ppo_trainer"
@@ -182,8 +185,20 @@ def load_config(overrides: Sequence[str] = ()) -> DictConfig:
     return _compose(CONFIG_NAME, normalize_overrides(overrides, defaults))
 
 
+def build_config(overrides: Sequence[str] = (), world_size: int | None = None) -> HybridConfig:
+    """The checked, frozen configuration for these Hydra-style overrides.
+
+    Raises ConfigError listing every problem. The default model and data stay placeholders
+    (`hybrid-default:model`, ...) until a run prepares them.
+    """
+    return typed_config(load_config(overrides), world_size=world_size)
+
+
 __all__ = [
     "CONFIG_DIR",
+    "HybridConfig",
+    "build_config",
+    "typed_config",
     "CONFIG_NAME",
     "ConfigError",
     "check_override_keys",

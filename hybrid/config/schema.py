@@ -1,0 +1,459 @@
+"""The typed configuration: one frozen dataclass per section of `ppo_trainer.yaml`.
+
+Field names are verl's key names, so `config.actor_rollout_ref.actor.ppo_mini_batch_size`
+reads the same in a run script and in code. Types and value rules sit on the fields
+(hybrid/config/typed.py); rules that involve several keys are each section's `check`;
+choices come from the registries (advantage estimators, policy losses, KL kinds, reward
+managers, loggers), so a name registered by a plug-in (`actor_rollout_ref.model.external_lib`)
+is valid on the command line. The yaml holds every default; nothing here repeats one.
+Derived values are properties (`HybridConfig.world_size`, `ActorRolloutRefConfig.
+mini_batch_samples`, ...), never keys written back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from hybrid.config.registries import (
+    adv_estimators,
+    checkpoint_contents,
+    kl_kinds,
+    loggers,
+    loss_agg_modes,
+    policy_losses,
+    reward_managers,
+)
+from hybrid.config.typed import INVALID, Annotated, AsList, Fixed, Fraction, NonNegative, OneOf, Positive, Problems, fmt
+
+PositiveInt = Annotated[int, Positive()]
+OptionalPositiveInt = Annotated[int | None, Positive()]
+Paths = str | tuple[str, ...]
+
+FSDP = OneOf(lambda: ("fsdp", "fsdp2"), unsupported=(("megatron", "hybrid trains with FSDP only"),))
+MIXED_PRECISION = OneOf(lambda: ("auto", "bf16", "fp32"))
+NO_COMPILE = Fixed((False,), "hybrid does not torch.compile its models")
+
+
+def _ok(*values: Any) -> bool:
+    """True when none of `values` failed its own check (cross-key rules skip those)."""
+    return all(v is not INVALID for v in values)
+
+
+# ---------------------------------------------------------------- data
+
+
+@dataclass(frozen=True)
+class CustomClsConfig:
+    path: str | None
+    name: str | None
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    tokenizer: Annotated[str | None, Fixed((None,), "the prompts are tokenized with actor_rollout_ref.model.tokenizer_path (or model.path)")]
+    train_files: Paths
+    val_files: Paths | None
+    prompt_key: str
+    reward_fn_key: str
+    max_prompt_length: PositiveInt
+    max_response_length: PositiveInt
+    train_batch_size: PositiveInt
+    val_batch_size: OptionalPositiveInt
+    return_raw_input_ids: Annotated[bool, Fixed((False,), "a reward model re-templates the decoded text itself (reward_model.model.input_tokenizer)")]
+    return_raw_chat: bool
+    return_full_prompt: bool
+    shuffle: bool
+    seed: int
+    dataloader_num_workers: Annotated[int, NonNegative()]
+    filter_overlong_prompts: bool
+    filter_overlong_prompts_workers: PositiveInt
+    truncation: Annotated[str, OneOf(lambda: ("error", "left", "right", "middle"))]
+    trust_remote_code: bool
+    apply_chat_template_kwargs: dict[str, Any]
+    custom_cls: CustomClsConfig
+
+    def check(self, problems: Problems) -> None:
+        if self.custom_cls.path and not self.custom_cls.name:
+            problems.add(f"data.custom_cls.path={fmt(self.custom_cls.path)} needs data.custom_cls.name (the dataset class)")
+
+
+# ---------------------------------------------------------------- actor, rollout, reference
+
+
+@dataclass(frozen=True)
+class WrapPolicyConfig:
+    min_num_params: Annotated[int, Fixed((0,), "hybrid shards every decoder layer as its own FSDP unit")]
+
+
+@dataclass(frozen=True)
+class FSDPConfig:
+    """A frozen model's sharding (reference policy, reward model)."""
+
+    param_offload: bool
+    reshard_after_forward: bool
+    mixed_precision: Annotated[str, MIXED_PRECISION]
+    wrap_policy: WrapPolicyConfig
+
+
+@dataclass(frozen=True)
+class TrainFSDPConfig(FSDPConfig):
+    """A trained model's sharding: also its optimizer state."""
+
+    optimizer_offload: bool
+    offload_policy: bool
+    fsdp_size: Annotated[int, Fixed((-1,), "hybrid shards over all ranks (no hybrid-sharded groups)")]
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    lr: Annotated[float, NonNegative()]
+    lr_warmup_steps: int
+    lr_warmup_steps_ratio: Annotated[float, Fraction()]
+    min_lr_ratio: Annotated[float, Fraction()]
+    warmup_style: Annotated[str, OneOf(lambda: ("constant", "cosine", "linear"))]
+    lr_scheduler_type: Annotated[str | None, OneOf(lambda: ("constant", "cosine", "linear"))]
+    total_training_steps: int
+    weight_decay: Annotated[float, NonNegative()]
+    betas: tuple[float, ...]
+
+    @property
+    def schedule(self) -> str:
+        """verl's newer `lr_scheduler_type` wins over `warmup_style` when set."""
+        return self.lr_scheduler_type or self.warmup_style
+
+    def check(self, prefix: str, problems: Problems) -> None:
+        if _ok(self.betas) and len(self.betas) != 2:
+            problems.add(f"{prefix}.betas={fmt(self.betas)} must be two numbers [beta1, beta2]")
+
+
+@dataclass(frozen=True)
+class ActorOptimConfig(OptimConfig):
+    clip_grad: Annotated[float | None, Fixed((None,), "the actor's gradient clipping is actor_rollout_ref.actor.grad_clip")]
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    save_contents: tuple[Annotated[str, OneOf(checkpoint_contents)], ...]
+    load_contents: tuple[Annotated[str, OneOf(checkpoint_contents)], ...]
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    path: str
+    tokenizer_path: str | None
+    override_config: dict[str, Any]
+    enable_gradient_checkpointing: bool
+    use_remove_padding: bool
+    trust_remote_code: bool
+    external_lib: str | tuple[str, ...] | None
+    use_liger: bool
+    lora_rank: Annotated[int, NonNegative(" (0: full fine-tuning)")]
+    lora_alpha: Annotated[float, Positive()]
+    target_modules: str | tuple[str, ...]
+    exclude_modules: str | tuple[str, ...] | None
+
+    @property
+    def tokenizer(self) -> str:
+        return self.tokenizer_path or self.path
+
+
+@dataclass(frozen=True)
+class PolicyLossConfig:
+    loss_mode: Annotated[str, OneOf(policy_losses)]
+    clip_cov_ratio: float
+    clip_cov_lb: float
+    clip_cov_ub: float
+    kl_cov_ratio: float
+    ppo_kl_coef: float
+    sapo_tau_pos: float
+    sapo_tau_neg: float
+
+
+@dataclass(frozen=True)
+class ActorConfig:
+    strategy: Annotated[str, FSDP]
+    ppo_mini_batch_size: Annotated[int, Positive()]
+    ppo_micro_batch_size: int | None
+    ppo_micro_batch_size_per_gpu: OptionalPositiveInt
+    use_dynamic_bsz: bool
+    ppo_max_token_len_per_gpu: PositiveInt
+    grad_clip: Annotated[float, Positive()]
+    clip_ratio: float
+    clip_ratio_low: float
+    clip_ratio_high: float
+    clip_ratio_c: float
+    loss_agg_mode: Annotated[str, OneOf(loss_agg_modes)]
+    policy_loss: PolicyLossConfig
+    entropy_coeff: float
+    use_kl_loss: bool
+    kl_loss_coef: float
+    kl_loss_type: str
+    ppo_epochs: PositiveInt
+    shuffle: bool
+    data_loader_seed: int | None
+    use_torch_compile: Annotated[bool, NO_COMPILE]
+    tis_imp_ratio_cap: float
+    skip_old_log_prob_on_policy: bool
+    optim: ActorOptimConfig
+    fsdp_config: TrainFSDPConfig
+    checkpoint: CheckpointConfig
+
+
+@dataclass(frozen=True)
+class RefConfig:
+    strategy: Annotated[str, FSDP]
+    log_prob_micro_batch_size: int | None
+    log_prob_micro_batch_size_per_gpu: OptionalPositiveInt
+    log_prob_use_dynamic_bsz: bool
+    log_prob_max_token_len_per_gpu: PositiveInt
+    fsdp_config: FSDPConfig
+
+
+@dataclass(frozen=True)
+class ValKwargsConfig:
+    top_k: int
+    top_p: Annotated[float, Fraction(open_low=True)]
+    temperature: Annotated[float, NonNegative()]
+    n: PositiveInt
+    do_sample: bool
+
+
+@dataclass(frozen=True)
+class EngineKwargsConfig:
+    vllm: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    name: Annotated[str, OneOf(lambda: ("vllm", "hf"), unsupported=(("sglang", "hybrid's rollout engines are in-process vLLM and Hugging Face generate"),))]
+    mode: Annotated[str, Fixed(("sync",), "hybrid generates in-process, one batch at a time (no async server mode)")]
+    temperature: Annotated[float, NonNegative()]
+    top_k: int
+    top_p: Annotated[float, Fraction(open_low=True)]
+    do_sample: bool
+    min_p: Annotated[float, Fraction()]
+    repetition_penalty: Annotated[float, Positive()]
+    presence_penalty: Annotated[float, Fraction(low=-2.0, high=2.0)]
+    frequency_penalty: Annotated[float, Fraction(low=-2.0, high=2.0)]
+    stop: tuple[str, ...] | None
+    stop_token_ids: tuple[int, ...] | None
+    prompt_length: PositiveInt
+    response_length: PositiveInt
+    dtype: Annotated[str, OneOf(lambda: ("auto", "bfloat16", "float16", "float32"))]
+    gpu_memory_utilization: Annotated[float, Fraction(open_low=True)]
+    cpu_kvcache_space_gb: Annotated[float, Positive()]
+    ignore_eos: bool
+    enforce_eager: bool
+    free_cache_engine: bool
+    load_format: Annotated[str, OneOf(
+        lambda: ("dummy_dtensor", "dummy_hf", "dummy", "dtensor", "hf", "auto", "safetensors"),
+        unsupported=(("dummy_megatron", "hybrid trains with FSDP only"), ("megatron", "hybrid trains with FSDP only")),
+    )]
+    tensor_model_parallel_size: PositiveInt
+    max_num_batched_tokens: PositiveInt
+    max_model_len: OptionalPositiveInt
+    max_num_seqs: PositiveInt
+    enable_chunked_prefill: bool
+    seed: int
+    log_prob_micro_batch_size: int | None
+    log_prob_micro_batch_size_per_gpu: OptionalPositiveInt
+    log_prob_use_dynamic_bsz: bool
+    log_prob_max_token_len_per_gpu: PositiveInt
+    n: Annotated[int, Positive()]
+    calculate_log_probs: bool
+    update_weights_bucket_megabytes: PositiveInt
+    engine_kwargs: EngineKwargsConfig
+    val_kwargs: ValKwargsConfig
+
+    def check(self, problems: Problems) -> None:
+        if self.name == "hf":
+            for key in ("presence_penalty", "frequency_penalty"):
+                if _ok(getattr(self, key)) and getattr(self, key) != 0:
+                    problems.add(
+                        f"actor_rollout_ref.rollout.{key}={getattr(self, key)} has no equivalent in transformers' "
+                        f"generate (rollout.name='hf'); use rollout.name=vllm or set it to 0"
+                    )
+
+
+@dataclass(frozen=True)
+class ActorRolloutRefConfig:
+    hybrid_engine: Annotated[bool, Fixed((True,), "hybrid always fuses actor, rollout and reference in one worker")]
+    model: ModelConfig
+    actor: ActorConfig
+    ref: RefConfig
+    rollout: RolloutConfig
+
+    @property
+    def mini_batch_samples(self) -> int:
+        """Samples per actor mini-batch: verl's ppo_mini_batch_size counts prompts."""
+        return self.actor.ppo_mini_batch_size * self.rollout.n
+
+
+# ---------------------------------------------------------------- critic and reward
+
+
+@dataclass(frozen=True)
+class CriticModelConfig:
+    path: str
+    tokenizer_path: str | None
+    override_config: dict[str, Any]
+    enable_gradient_checkpointing: bool
+    use_remove_padding: bool
+    trust_remote_code: bool
+    fsdp_config: TrainFSDPConfig
+
+    @property
+    def tokenizer(self) -> str:
+        return self.tokenizer_path or self.path
+
+
+@dataclass(frozen=True)
+class CriticConfig:
+    enable: bool | None
+    strategy: Annotated[str, FSDP]
+    optim: OptimConfig
+    model: CriticModelConfig
+    ppo_mini_batch_size: PositiveInt
+    ppo_micro_batch_size: int | None
+    ppo_micro_batch_size_per_gpu: OptionalPositiveInt
+    forward_micro_batch_size: int | None
+    forward_micro_batch_size_per_gpu: OptionalPositiveInt
+    use_dynamic_bsz: bool
+    ppo_max_token_len_per_gpu: PositiveInt
+    forward_max_token_len_per_gpu: PositiveInt
+    ppo_epochs: PositiveInt
+    shuffle: bool
+    grad_clip: Annotated[float, Positive()]
+    cliprange_value: float
+    loss_agg_mode: Annotated[str, OneOf(loss_agg_modes)]
+    checkpoint: CheckpointConfig
+
+
+@dataclass(frozen=True)
+class RewardModelModelConfig:
+    input_tokenizer: str | None
+    path: str | None
+    trust_remote_code: bool
+    fsdp_config: FSDPConfig
+
+
+@dataclass(frozen=True)
+class RewardModelConfig:
+    enable: bool
+    strategy: Annotated[str, FSDP]
+    model: RewardModelModelConfig
+    micro_batch_size: int | None
+    micro_batch_size_per_gpu: OptionalPositiveInt
+    max_length: OptionalPositiveInt
+    use_dynamic_bsz: bool
+    forward_max_token_len_per_gpu: PositiveInt
+    reward_manager: Annotated[str, OneOf(reward_managers)]
+    launch_reward_fn_async: Annotated[bool, Fixed((False,), "rewards are computed on the driver between generation and the update")]
+    combine: Annotated[str, OneOf(lambda: ("sum", "rm_only"))]
+    sandbox_fusion: Annotated[Any, Fixed((None,), "hybrid has no sandbox code execution; score code in a custom reward function")]
+    reward_kwargs: dict[str, Any]
+
+    def check(self, problems: Problems) -> None:
+        if self.enable and self.model.path is None:
+            problems.add("reward_model.enable=True needs reward_model.model.path (a reward model folder)")
+
+
+@dataclass(frozen=True)
+class CustomRewardFunctionConfig:
+    path: str | None
+    name: str
+    reward_kwargs: dict[str, Any]
+
+
+# ---------------------------------------------------------------- algorithm and trainer
+
+
+@dataclass(frozen=True)
+class KLControlConfig:
+    type: Annotated[str, OneOf(lambda: ("fixed", "adaptive"))]
+    kl_coef: Annotated[float, NonNegative()]
+    horizon: PositiveInt
+    target_kl: Annotated[float, Positive()]
+
+
+@dataclass(frozen=True)
+class FilterGroupsConfig:
+    enable: bool
+    metric: str
+    max_num_gen_batches: Annotated[int, NonNegative(" (0: no limit)")]
+
+
+@dataclass(frozen=True)
+class AlgorithmConfig:
+    gamma: Annotated[float, Fraction()]
+    lam: Annotated[float, Fraction()]
+    adv_estimator: Annotated[str, OneOf(adv_estimators)]
+    norm_adv_by_std_in_grpo: bool
+    use_kl_in_reward: bool
+    kl_penalty: str
+    kl_ctrl: KLControlConfig
+    filter_groups: FilterGroupsConfig
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    balance_batch: bool
+    total_epochs: int
+    total_training_steps: OptionalPositiveInt
+    project_name: str
+    experiment_name: str
+    logger: Annotated[tuple[Annotated[str, OneOf(loggers)], ...], AsList()]
+    log_val_generations: Annotated[int, NonNegative()]
+    nnodes: PositiveInt
+    n_gpus_per_node: PositiveInt
+    worker_group: Annotated[str, OneOf(lambda: ("auto", "ray", "local"))]
+    device: Annotated[str, OneOf(lambda: ("auto", "cuda", "cpu"))]
+    save_freq: int
+    test_freq: int
+    val_before_train: bool
+    val_only: bool
+    critic_warmup: Annotated[int, NonNegative()]
+    resume_mode: Annotated[str, OneOf(lambda: ("auto", "disable", "resume_path"))]
+    resume_from_path: str | None
+    default_local_dir: str
+    default_hdfs_dir: Annotated[str | None, Fixed((None,), "hybrid writes checkpoints to trainer.default_local_dir only")]
+    max_actor_ckpt_to_keep: int | None
+    max_critic_ckpt_to_keep: int | None
+    merge_on_finish: bool
+    plot_on_finish: bool
+    ray_wait_register_center_timeout: PositiveInt
+    seed: int
+
+    @property
+    def world_size(self) -> int:
+        return self.nnodes * self.n_gpus_per_node
+
+
+@dataclass(frozen=True)
+class HybridConfig:
+    data: DataConfig
+    actor_rollout_ref: ActorRolloutRefConfig
+    critic: CriticConfig
+    reward_model: RewardModelConfig
+    custom_reward_function: CustomRewardFunctionConfig
+    algorithm: AlgorithmConfig
+    trainer: TrainerConfig
+
+    @property
+    def use_critic(self) -> bool:
+        """critic.enable=null means: a critic when the estimator needs values (gae)."""
+        if self.critic.enable is None:
+            return self.algorithm.adv_estimator == "gae"
+        return bool(self.critic.enable)
+
+    @property
+    def use_reference_policy(self) -> bool:
+        return bool(self.algorithm.use_kl_in_reward or self.actor_rollout_ref.actor.use_kl_loss)
+
+    @property
+    def world_size(self) -> int:
+        return self.trainer.world_size
+
+
+__all__ = [name for name in dir() if name.endswith("Config")]
