@@ -62,7 +62,7 @@ def compute_advantage(batch: DataProto, algorithm_config) -> None:
     if name == AdvantageEstimator.GAE.value:
         kwargs.update(values=tensors["values"], gamma=float(algorithm_config.gamma), lam=float(algorithm_config.lam))
     if name == AdvantageEstimator.GRPO.value:
-        kwargs["norm_adv_by_std_in_grpo"] = bool(algorithm_config.get("norm_adv_by_std_in_grpo", True))
+        kwargs["norm_adv_by_std_in_grpo"] = algorithm_config.norm_adv_by_std_in_grpo
     if name == AdvantageEstimator.REMAX.value:
         kwargs["reward_baselines"] = tensors["reward_baselines"]
     advantages, returns = fn(**kwargs)

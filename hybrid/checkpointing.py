@@ -125,12 +125,12 @@ def resume_path_problem(path: str, need_critic: bool = False) -> str | None:
 def resume_checkpoint(config, need_critic: bool) -> str | None:
     """The checkpoint folder this run starts from (None: a fresh start)."""
     trainer_cfg = config.trainer
-    mode = trainer_cfg.get("resume_mode", "auto")
+    mode = trainer_cfg.resume_mode
     root = os.path.abspath(str(trainer_cfg.default_local_dir))
     if mode == "disable":
         return None
     if mode == "resume_path":
-        path = trainer_cfg.get("resume_from_path")
+        path = trainer_cfg.resume_from_path
         if not path:
             raise CheckpointError("trainer.resume_mode=resume_path needs trainer.resume_from_path (a global_step_N folder)")
         path = os.path.abspath(str(path))
@@ -160,7 +160,7 @@ def load_checkpoint(trainer) -> int:
     path = resume_checkpoint(trainer.config, trainer.use_critic)
     remove_partial_checkpoints(root)  # never resumable, whatever the mode
     if path is None:
-        if trainer.config.trainer.get("resume_mode", "auto") == "auto":
+        if trainer.config.trainer.resume_mode == "auto":
             print(f"checkpoint: no complete checkpoint under {root}; starting from step 0", flush=True)
         return 0
     start = time.perf_counter()
@@ -185,8 +185,8 @@ def _last_step(trainer) -> bool:
 def should_save(trainer) -> bool:
     """Every save_freq steps and at the last step; also the last step when merge_on_finish
     asks for a Hugging Face folder, which is made from that checkpoint."""
-    freq = int(trainer.config.trainer.get("save_freq", -1) or -1)
-    if _last_step(trainer) and trainer.config.trainer.get("merge_on_finish", False):
+    freq = trainer.config.trainer.save_freq
+    if _last_step(trainer) and trainer.config.trainer.merge_on_finish:
         return True
     return freq > 0 and (trainer.global_steps % freq == 0 or _last_step(trainer))
 
@@ -204,11 +204,11 @@ def save_checkpoint(trainer) -> float:
     shutil.rmtree(temp, ignore_errors=True)  # left by a crash at this very step
     os.makedirs(temp)
     trainer.actor_rollout_wg.save_checkpoint(
-        os.path.join(temp, "actor"), global_step=step, max_ckpt_to_keep=cfg.get("max_actor_ckpt_to_keep")
+        os.path.join(temp, "actor"), global_step=step, max_ckpt_to_keep=cfg.max_actor_ckpt_to_keep
     )
     if trainer.use_critic:
         trainer.critic_wg.save_checkpoint(
-            os.path.join(temp, "critic"), global_step=step, max_ckpt_to_keep=cfg.get("max_critic_ckpt_to_keep")
+            os.path.join(temp, "critic"), global_step=step, max_ckpt_to_keep=cfg.max_critic_ckpt_to_keep
         )
     data = {
         "global_step": step,
@@ -218,10 +218,10 @@ def save_checkpoint(trainer) -> float:
     torch.save(data, os.path.join(temp, DATA_FILE))
     _publish(temp, final)
     _write_tracker(root, step)
-    apply_retention(root, step, {"actor": cfg.get("max_actor_ckpt_to_keep"), "critic": cfg.get("max_critic_ckpt_to_keep")})
+    apply_retention(root, step, {"actor": cfg.max_actor_ckpt_to_keep, "critic": cfg.max_critic_ckpt_to_keep})
     seconds = time.perf_counter() - start
     print(f"checkpoint: saved {final} in {seconds:.2f} s", flush=True)
-    if _last_step(trainer) and cfg.get("merge_on_finish", False):
+    if _last_step(trainer) and cfg.merge_on_finish:
         merge_final_actor(os.path.join(final, "actor"))
     return seconds
 

@@ -12,6 +12,7 @@ restored from it yields the same next batches as the one that was saved.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.util
 import json
@@ -198,14 +199,14 @@ class RLHFDataset(Dataset):
         self.data_files = _as_file_list(data_files)
         self.tokenizer = tokenizer
         self.config = config
-        self.prompt_key = config.get("prompt_key", "prompt") or "prompt"
-        self.max_prompt_length = int(config.get("max_prompt_length", 1024))
-        self.truncation = config.get("truncation", "error") or "error"
-        self.filter_overlong_prompts = bool(config.get("filter_overlong_prompts", False))
-        self.num_workers = int(config.get("filter_overlong_prompts_workers", 1) or 1)
-        self.return_raw_chat = bool(config.get("return_raw_chat", False))
-        self.return_full_prompt = bool(config.get("return_full_prompt", False))
-        self.chat_kwargs = dict(_plain(config.get("apply_chat_template_kwargs", None)) or {})
+        self.prompt_key = config.prompt_key
+        self.max_prompt_length = config.max_prompt_length
+        self.truncation = config.truncation
+        self.filter_overlong_prompts = config.filter_overlong_prompts
+        self.num_workers = config.filter_overlong_prompts_workers
+        self.return_raw_chat = config.return_raw_chat
+        self.return_full_prompt = config.return_full_prompt
+        self.chat_kwargs = dict(config.apply_chat_template_kwargs)
         if self.max_prompt_length < 1:
             raise DataError(f"data.max_prompt_length must be >= 1, got {self.max_prompt_length}")
         if self.truncation not in TRUNCATION_MODES:
@@ -332,14 +333,21 @@ def _load_class(path: str, name: str):
 
 
 def create_rl_dataset(data_paths, data_config, tokenizer, processor=None) -> Dataset:
-    """An RLHFDataset, or the user's class from `data.custom_cls.{path,name}` (same arguments)."""
-    custom = _plain(data_config.get("custom_cls", None)) or {}
-    cls = RLHFDataset
-    if custom.get("path"):
-        if not custom.get("name"):
-            raise ValueError(f"data.custom_cls.path is {custom['path']!r} but data.custom_cls.name is not set")
-        cls = _load_class(custom["path"], custom["name"])
-    return cls(data_files=data_paths, tokenizer=tokenizer, config=data_config, processor=processor)
+    """An RLHFDataset, or the user's class from `data.custom_cls.{path,name}` (same arguments).
+
+    A user's class gets the `data` section as an OmegaConf DictConfig, as verl's datasets
+    do (their code calls `config.get(...)`); ours reads the typed section.
+    """
+    custom = data_config.custom_cls
+    if not custom.path:
+        return RLHFDataset(data_files=data_paths, tokenizer=tokenizer, config=data_config, processor=processor)
+    if not custom.name:
+        raise ValueError(f"data.custom_cls.path is {custom.path!r} but data.custom_cls.name is not set")
+    from omegaconf import OmegaConf
+
+    cls = _load_class(custom.path, custom.name)
+    verl_view = OmegaConf.create(dataclasses.asdict(data_config))
+    return cls(data_files=data_paths, tokenizer=tokenizer, config=verl_view, processor=processor)
 
 
 # ---- sampling and resumable loading ----------------------------------------------------
@@ -374,8 +382,7 @@ class RLSampler(Sampler):
 
 
 def create_rl_sampler(data_config, dataset) -> RLSampler:
-    seed = data_config.get("seed", 1)
-    return RLSampler(len(dataset), shuffle=bool(data_config.get("shuffle", True)), seed=1 if seed is None else seed)
+    return RLSampler(len(dataset), shuffle=data_config.shuffle, seed=data_config.seed)
 
 
 class StatefulDataLoader:

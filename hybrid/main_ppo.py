@@ -3,8 +3,10 @@
 Before Hydra runs, override keys on the command line are checked against the default
 configuration (a typo names the nearest real key) and free-form keys are rewritten so Hydra
 accepts them. Hydra then composes `config/ppo_trainer.yaml` (`--cfg job` prints it without
-resolving anything); `main` validates the result and hands it to `run_ppo`. Configuration
-errors end the process with status 2 and the message, without a traceback.
+resolving anything); `main` turns the result into the frozen, checked `HybridConfig`
+(hybrid/config/validate.py: plug-ins imported, every problem listed) and hands it to
+`run_ppo`. Configuration errors end the process with status 2 and the message, without a
+traceback.
 """
 
 from __future__ import annotations
@@ -19,10 +21,11 @@ from omegaconf import DictConfig
 from hybrid.config import (
     CONFIG_NAME,
     ConfigError,
+    HybridConfig,
     check_override_keys,
     default_config,
     normalize_overrides,
-    validate_config,
+    typed_config,
 )
 from hybrid.defaults import register_resolvers
 
@@ -34,7 +37,7 @@ def _exit_config_error(err: ConfigError) -> NoReturn:
     raise SystemExit(CONFIG_ERROR_STATUS)
 
 
-def run_ppo(config: DictConfig) -> None:
+def run_ppo(config: HybridConfig) -> None:
     """Build data, reward, worker groups and train; implemented in hybrid/trainer.py."""
     from hybrid.trainer import run_ppo as _run
 
@@ -44,10 +47,10 @@ def run_ppo(config: DictConfig) -> None:
 @hydra.main(config_path="config", config_name="ppo_trainer", version_base=None)
 def main(config: DictConfig) -> None:
     try:
-        validate_config(config)
+        typed = typed_config(config)
     except ConfigError as err:
         _exit_config_error(err)
-    run_ppo(config)
+    run_ppo(typed)
 
 
 def prepare_command_line(argv: list[str]) -> list[str]:

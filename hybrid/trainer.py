@@ -10,6 +10,7 @@ The driver never touches weights; every call to a worker group carries a DataPro
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections import defaultdict
@@ -17,7 +18,6 @@ from contextlib import contextmanager
 
 import numpy as np
 import torch
-from omegaconf import OmegaConf, open_dict
 from tqdm import tqdm
 
 from hybrid.batch_ops import (
@@ -35,7 +35,8 @@ from hybrid.metrics import (
     compute_timing_metrics,
     process_validation_metrics,
 )
-from hybrid.roles import build_worker_groups, use_critic, use_reference_policy, world_size
+from hybrid.config import HybridConfig, typed_config
+from hybrid.roles import build_worker_groups
 from hybrid.tracking import Tracking, ValidationGenerationsLogger
 from protocol.data_proto import DataProto, pad_dataproto_to_divisor
 
@@ -55,33 +56,31 @@ def _worker_timing(output: DataProto, timing: dict) -> None:
             timing[name] = timing.get(name, 0.0) + seconds
 
 
+def as_typed(config) -> HybridConfig:
+    """The typed config; a composed DictConfig (tests, older scripts) is checked and converted."""
+    return config if isinstance(config, HybridConfig) else typed_config(config)
+
+
 class PPOTrainer:
     def __init__(self, config, tokenizer, train_dataloader, val_dataloader, reward_fn, val_reward_fn, groups=None):
-        self.config = config
+        config = as_typed(config)
         self.tokenizer = tokenizer
         self.train_dataloader = train_dataloader
         self.val_dataloader = val_dataloader
         self.reward_fn = reward_fn
         self.val_reward_fn = val_reward_fn
-        self.use_critic = use_critic(config)
-        self.use_reference_policy = use_reference_policy(config)
-        self.use_rm = bool(config.reward_model.enable)
-        self.world_size = world_size(config)
+        self.use_critic = config.use_critic
+        self.use_reference_policy = config.use_reference_policy
+        self.use_rm = config.reward_model.enable
+        self.world_size = config.world_size
         self.kl_ctrl = get_kl_controller(config.algorithm.kl_ctrl) if config.algorithm.use_kl_in_reward else None
-        self.total_training_steps = self._total_training_steps()
-        with open_dict(config):
-            config.actor_rollout_ref.actor.optim.total_training_steps = self.total_training_steps
-            config.critic.optim.total_training_steps = self.total_training_steps
+        self.total_training_steps = config.trainer.total_training_steps or len(train_dataloader) * config.trainer.total_epochs
+        # The learning-rate schedules span the run unless their own key says otherwise.
+        self.config = config.with_schedule_steps(self.total_training_steps)
         self.global_steps = 0
         self.groups = groups
         self.history: list[dict] = []
         self._reward_metrics: dict[str, float] = {}
-
-    def _total_training_steps(self) -> int:
-        explicit = self.config.trainer.get("total_training_steps")
-        if explicit:
-            return int(explicit)
-        return len(self.train_dataloader) * int(self.config.trainer.total_epochs)
 
     # ------------------------------------------------------------------ workers
     def init_workers(self) -> None:
@@ -95,6 +94,11 @@ class PPOTrainer:
         if self.rm_wg is not None:
             self.rm_wg.init_model()
         self.actor_rollout_wg.init_model()
+
+    def update_rollout_weights(self, timing: dict) -> None:
+        """Hand the actor's current weights to the rollout engine (in memory, every rank)."""
+        with timed("update_weights", timing):
+            self.actor_rollout_wg.update_rollout_weights()
 
     def shutdown(self) -> None:
         for fn in (self.reward_fn, self.val_reward_fn):
@@ -128,13 +132,12 @@ class PPOTrainer:
             self._reward_metrics[f"reward_extra/{key}/mean"] = float(np.mean(values))
         if self.use_rm:
             rm = self.rm_wg.compute_rm_score(batch).batch["rm_scores"]
-            combine = self.config.reward_model.get("combine", "sum")
-            scores = rm if combine == "rm_only" else scores + rm
+            scores = rm if self.config.reward_model.combine == "rm_only" else scores + rm
             extra["rm_score"] = rm.sum(-1).tolist()
         return scores, extra
 
     def _rollout_and_score(self, batch: DataProto, timing: dict) -> tuple[DataProto, dict]:
-        n = int(self.config.actor_rollout_ref.rollout.n)
+        n = self.config.actor_rollout_ref.rollout.n
         assign_uids(batch)
         gen_batch = batch.pop(batch_keys=GEN_KEYS)
         gen_batch.meta_info.update({"do_sample": True})
@@ -159,8 +162,8 @@ class PPOTrainer:
     def _filtered_batch(self, batch_iter, timing: dict, metrics: dict) -> DataProto | None:
         """DAPO dynamic sampling: keep groups whose metric varies; generate more until full."""
         cfg = self.config.algorithm.filter_groups
-        n = int(self.config.actor_rollout_ref.rollout.n)
-        want = int(self.config.data.train_batch_size) * n
+        n = self.config.actor_rollout_ref.rollout.n
+        want = self.config.data.train_batch_size * n
         kept: list[DataProto] = []
         num_gen, kept_rows = 0, 0
         current = next(batch_iter, None)
@@ -173,7 +176,7 @@ class PPOTrainer:
             if keep:
                 kept.append(batch.select_idxs(keep))
                 kept_rows += len(keep)
-            limit = int(cfg.get("max_num_gen_batches", 0) or 0)
+            limit = cfg.max_num_gen_batches
             if kept_rows >= want:
                 break
             if limit and num_gen >= limit:
@@ -200,24 +203,24 @@ class PPOTrainer:
         cfg = self.config
         actor = cfg.actor_rollout_ref.actor
         return (
-            bool(actor.get("skip_old_log_prob_on_policy", True))
-            and int(actor.get("ppo_epochs", 1)) == 1
-            and int(actor.ppo_mini_batch_size) >= int(cfg.data.train_batch_size)
+            actor.skip_old_log_prob_on_policy
+            and actor.ppo_epochs == 1
+            and actor.ppo_mini_batch_size >= cfg.data.train_batch_size
             and not cfg.algorithm.use_kl_in_reward
-            and not cfg.algorithm.filter_groups.get("enable", False)
+            and not cfg.algorithm.filter_groups.enable
         )
 
     # ------------------------------------------------------------------ one step
     def train_step(self, batch: DataProto, batch_iter, metrics: dict, timing: dict) -> DataProto | None:
         cfg = self.config
-        if cfg.algorithm.filter_groups.get("enable", False):
+        if cfg.algorithm.filter_groups.enable:
             batch = self._filtered_batch(_chain(batch, batch_iter or iter(())), timing, metrics)
             if batch is None:
                 return None
         else:
             batch, _ = self._rollout_and_score(batch, timing)
         batch.meta_info["global_steps"] = self.global_steps
-        if cfg.trainer.get("balance_batch", True):
+        if cfg.trainer.balance_batch:
             metrics.update(balance_batch(batch, self.world_size))
 
         if not self.on_policy_update():
@@ -249,13 +252,13 @@ class PPOTrainer:
 
         if self.use_critic:
             with timed("update_critic", timing):
-                batch.meta_info["rollout_n"] = int(cfg.actor_rollout_ref.rollout.n)
                 critic_out = self.critic_wg.update_critic(batch)
             metrics.update(critic_out.meta_info["metrics"])
-        if self.global_steps > int(cfg.trainer.get("critic_warmup", 0)) or not self.use_critic:
+        if self.global_steps > cfg.trainer.critic_warmup or not self.use_critic:
             with timed("update_actor", timing):
                 actor_out = self.actor_rollout_wg.update_actor(batch)
             metrics.update(actor_out.meta_info["metrics"])
+            self.update_rollout_weights(timing)
         return batch
 
     # ------------------------------------------------------------------ validation
@@ -268,7 +271,7 @@ class PPOTrainer:
         for batch_index, batch_dict in enumerate(self.val_dataloader):
             batch = DataProto.from_single_dict(batch_dict)
             gen_batch = batch.pop(batch_keys=GEN_KEYS)
-            gen_batch.meta_info.update({"validate": True, "do_sample": bool(val_kwargs.get("do_sample", False))})
+            gen_batch.meta_info.update({"validate": True, "do_sample": val_kwargs.do_sample})
             out = self._generate(gen_batch)
             n = int(out.meta_info.get("n", 1))
             batch = batch.repeat(repeat_times=n, interleave=True).union(out)
@@ -282,13 +285,13 @@ class PPOTrainer:
             # still counts once per row), n adjacent samples per row.
             input_rows.extend(f"{batch_index}:{i // n}" for i in range(len(batch)))
             prompt_texts = self.tokenizer.batch_decode(batch.batch["prompts"], skip_special_tokens=True)
-            if len(samples) < int(self.config.trainer.get("log_val_generations", 0)):
+            if len(samples) < self.config.trainer.log_val_generations:
                 responses = self.tokenizer.batch_decode(batch.batch["responses"], skip_special_tokens=True)
                 samples.extend(zip(prompt_texts, responses, seq_scores))
         infos = {"reward": scores}
         infos.update({k: v + [float("nan")] * (len(scores) - len(v)) for k, v in extra_columns.items() if k != "reward"})
         metrics = process_validation_metrics(np.array(data_sources, dtype=object), np.array(input_rows, dtype=object), infos, None)
-        k = int(self.config.trainer.get("log_val_generations", 0))
+        k = self.config.trainer.log_val_generations
         if k and samples:
             self.val_logger.log(self.config.trainer.logger, samples[:k], self.global_steps)
         return metrics
@@ -299,26 +302,27 @@ class PPOTrainer:
         self.tracker = Tracking(
             project_name=cfg.trainer.project_name,
             experiment_name=cfg.trainer.experiment_name,
-            default_backend=[cfg.trainer.logger] if isinstance(cfg.trainer.logger, str) else list(cfg.trainer.logger),
-            config=cfg,
+            default_backend=list(cfg.trainer.logger),
+            config=dataclasses.asdict(cfg),
             local_dir=cfg.trainer.default_local_dir,
         )
         self.val_logger = ValidationGenerationsLogger(local_dir=cfg.trainer.default_local_dir)
         load_checkpoint(self)  # trainer.resume_mode: sets global_steps and the data position
+        self.update_rollout_weights({})  # the engine starts with placeholder weights
         if self.global_steps >= self.total_training_steps:
             print(f"hybrid: resumed at step {self.global_steps} of {self.total_training_steps}; nothing left to train", flush=True)
             self.tracker.finish()
             return {"val_before": {}, "val_after": {}, "steps": self.global_steps}
         first_val = last_val = {}
-        if cfg.trainer.get("val_before_train", True) and self.val_dataloader is not None:
+        if cfg.trainer.val_before_train and self.val_dataloader is not None:
             first_val = last_val = self.validate()
             self.tracker.log(first_val, step=self.global_steps)
-            if cfg.trainer.get("val_only", False):
+            if cfg.trainer.val_only:
                 return {"val_before": first_val}
         progress = tqdm(total=self.total_training_steps, initial=self.global_steps, desc="training", unit="step", dynamic_ncols=True)
         self.global_steps += 1
         done = False
-        for _epoch in range(int(cfg.trainer.total_epochs) if not cfg.trainer.get("total_training_steps") else 10**9):
+        for _epoch in range(cfg.trainer.total_epochs if not cfg.trainer.total_training_steps else 10**9):
             batch_iter = iter(self.train_dataloader)
             steps_at_epoch_start = self.global_steps
             for batch_dict in batch_iter:
@@ -335,7 +339,7 @@ class PPOTrainer:
                 metrics.update(compute_timing_metrics(batch, timing))
                 metrics.update(compute_throughput_metrics(batch, timing, self.world_size))
                 last_step = self.global_steps >= self.total_training_steps
-                test_freq = int(cfg.trainer.get("test_freq", -1) or -1)
+                test_freq = cfg.trainer.test_freq
                 if self.val_dataloader is not None and test_freq > 0 and (self.global_steps % test_freq == 0 or last_step):
                     with timed("testing", timing):
                         last_val = self.validate()
@@ -393,42 +397,36 @@ def _chain(first: DataProto, rest):
 def build_dataloaders(config, tokenizer):
     from hybrid.data import collate_fn, create_dataloader, create_rl_dataset, create_rl_sampler
 
-    train_ds = create_rl_dataset(config.data.train_files, config.data, tokenizer)
-    train_dl = create_dataloader(
-        train_ds, int(config.data.train_batch_size), create_rl_sampler(config.data, train_ds), collate_fn, drop_last=True
-    )
+    data = config.data
+    train_ds = create_rl_dataset(data.train_files, data, tokenizer)
+    train_dl = create_dataloader(train_ds, data.train_batch_size, create_rl_sampler(data, train_ds), collate_fn, drop_last=True, num_workers=data.dataloader_num_workers)
     val_dl = None
-    if config.data.get("val_files"):
-        val_ds = create_rl_dataset(config.data.val_files, config.data, tokenizer)
-        val_bsz = config.data.get("val_batch_size") or len(val_ds)
-        val_dl = create_dataloader(val_ds, int(val_bsz), None, collate_fn, drop_last=False)
+    if data.val_files:
+        val_ds = create_rl_dataset(data.val_files, data, tokenizer)
+        val_dl = create_dataloader(val_ds, data.val_batch_size or len(val_ds), None, collate_fn, drop_last=False, num_workers=data.dataloader_num_workers)
     return train_dl, val_dl
 
 
 def run_ppo(config) -> dict:
-    """Everything `python -m hybrid.main_ppo` does after validation."""
-    import os
+    """Train `config` (a HybridConfig, or a composed tree that is checked first): everything
+    `python -m hybrid.main_ppo` does after the command line."""
     import random
 
     from transformers import AutoTokenizer
 
-    from hybrid.defaults import register_resolvers
+    from hybrid.defaults import resolve_default_assets
     from reward.loader import load_reward_manager
-
     from workers.device import select_device
 
-    select_device(str(config.trainer.get("device", "auto")))
-    register_resolvers()
-    OmegaConf.resolve(config)  # prepares the default model and data when the config names them
-    seed = int(config.trainer.get("seed", 1))
+    config = resolve_default_assets(as_typed(config))  # prepares the default model and data when named
+    select_device(config.trainer.device)
+    seed = config.trainer.seed
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
     started = time.time()
-    model_cfg = config.actor_rollout_ref.model
-    tokenizer = AutoTokenizer.from_pretrained(
-        model_cfg.get("tokenizer_path") or model_cfg.path, trust_remote_code=bool(model_cfg.get("trust_remote_code", False))
-    )
+    model = config.actor_rollout_ref.model
+    tokenizer = AutoTokenizer.from_pretrained(model.tokenizer, trust_remote_code=model.trust_remote_code)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     # Reward functions load (and fail) before any model does.
@@ -443,7 +441,7 @@ def run_ppo(config) -> dict:
     finally:
         trainer.shutdown()
     result["minutes"] = (time.time() - started) / 60
-    if config.trainer.get("plot_on_finish", False) and "file" in config.trainer.logger:
+    if config.trainer.plot_on_finish and "file" in config.trainer.logger:
         from hybrid.plots import plot_metrics
 
         run_dir = config.trainer.default_local_dir

@@ -3,6 +3,8 @@ truncation, padding, filtering, custom dataset classes, and sampler state round 
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 from pathlib import Path
 
@@ -49,7 +51,24 @@ def _jsonl(path: Path, rows) -> str:
     return str(path)
 
 
-CONFIG = {"max_prompt_length": 64, "truncation": "error"}
+def data_config(**changes):
+    """The default `data` section with `changes` (no validation: tests feed bad values on purpose)."""
+    from hybrid.config.schema import CustomClsConfig
+
+    base = dataclasses.replace(_DEFAULT_DATA, max_prompt_length=64, truncation="error")
+    if isinstance(changes.get("custom_cls"), dict):
+        changes["custom_cls"] = CustomClsConfig(**changes["custom_cls"])
+    return dataclasses.replace(base, **changes)
+
+
+def _default_data():
+    from hybrid.config import build_config
+
+    return build_config().data
+
+
+_DEFAULT_DATA = _default_data()
+CONFIG = data_config()
 
 
 # ---- errors -----------------------------------------------------------------------------
@@ -78,7 +97,7 @@ def test_empty_files_are_named(tmp_path, tokenizer):
 def test_missing_prompt_key_names_key_file_and_columns(tmp_path, tokenizer):
     path = _parquet(tmp_path / "train.parquet", _rows(3))
     with pytest.raises(ValueError, match=r"train.parquet row 0: no column 'question' \(data.prompt_key\); columns present: \['ability', 'data_source', 'extra_info', 'prompt', 'reward_model'\]"):
-        RLHFDataset(path, tokenizer, {**CONFIG, "prompt_key": "question"})
+        RLHFDataset(path, tokenizer, data_config(**{"prompt_key": "question"}))
 
 
 def test_bad_json_line_and_bad_prompt_are_named(tmp_path, tokenizer):
@@ -102,7 +121,7 @@ def test_overlong_prompt_with_truncation_error_names_row_and_keys(tmp_path, toke
 def test_unknown_truncation_mode(tmp_path, tokenizer):
     path = _parquet(tmp_path / "t.parquet", _rows(2))
     with pytest.raises(ValueError, match="unknown data.truncation 'sideways'"):
-        RLHFDataset(path, tokenizer, {**CONFIG, "truncation": "sideways"})
+        RLHFDataset(path, tokenizer, data_config(**{"truncation": "sideways"}))
 
 
 # ---- tokens -----------------------------------------------------------------------------
@@ -126,7 +145,7 @@ def test_dataset_truncates_plain_prompts(tmp_path, tokenizer, mode):
     full = tokenizer(text, add_special_tokens=False)["input_ids"]
     assert len(full) > 16
     path = _jsonl(tmp_path / "plain.jsonl", [{"prompt": text, "data_source": "x"}])
-    item = RLHFDataset(path, tokenizer, {"max_prompt_length": 16, "truncation": mode})[0]
+    item = RLHFDataset(path, tokenizer, data_config(max_prompt_length=16, truncation=mode))[0]
     expected = {"left": full[-16:], "right": full[:16], "middle": full[:8] + full[-8:]}[mode]
     assert item["raw_prompt_ids"] == expected
     assert item["input_ids"].tolist() == expected
@@ -136,7 +155,7 @@ def test_dataset_truncates_plain_prompts(tmp_path, tokenizer, mode):
 
 def test_left_padding_positions_and_item_fields(tmp_path, tokenizer):
     path = _parquet(tmp_path / "train.parquet", _rows(3))
-    ds = RLHFDataset(path, tokenizer, {**CONFIG, "return_raw_chat": True, "return_full_prompt": True})
+    ds = RLHFDataset(path, tokenizer, data_config(**{"return_raw_chat": True, "return_full_prompt": True}))
     item = ds[1]
     text = tokenizer.apply_chat_template(_chat("What is 1 + 1?"), add_generation_prompt=True, tokenize=False)
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -159,7 +178,7 @@ def test_left_padding_positions_and_item_fields(tmp_path, tokenizer):
 def test_chat_template_kwargs_and_plain_string_prompts(tmp_path, tokenizer):
     path = _jsonl(tmp_path / "mixed.jsonl", [{"prompt": _chat("hello")}, {"prompt": "Q: 2+2=? A:"}])
     template = "{% for m in messages %}<<{{ m['content'] }}>>{% endfor %}"
-    ds = RLHFDataset(path, tokenizer, {**CONFIG, "return_full_prompt": True, "apply_chat_template_kwargs": {"chat_template": template}})
+    ds = RLHFDataset(path, tokenizer, data_config(**{"return_full_prompt": True, "apply_chat_template_kwargs": {"chat_template": template}}))
     assert ds[0]["full_prompts"] == "<<hello>>"
     assert ds[1]["full_prompts"] == "Q: 2+2=? A:"  # used as is, no template, no added tokens
     assert ds[1]["raw_prompt_ids"] == tokenizer("Q: 2+2=? A:", add_special_tokens=False)["input_ids"]
@@ -170,11 +189,11 @@ def test_many_files_mixed_formats_and_filtering(tmp_path, tokenizer):
     a = _parquet(tmp_path / "a.parquet", _rows(4))
     long_rows = _rows(3, prefix="Tell me " + "at length " * 60 + "what is")
     b = _jsonl(tmp_path / "b.jsonl", _rows(2) + long_rows)
-    ds = RLHFDataset([a, b], tokenizer, {**CONFIG, "filter_overlong_prompts": True})
+    ds = RLHFDataset([a, b], tokenizer, data_config(**{"filter_overlong_prompts": True}))
     assert len(ds) == 6
     assert all(int(ds[i]["attention_mask"].sum()) <= 64 for i in range(len(ds)))
     with pytest.raises(ValueError, match="all 3 prompts .* are longer"):
-        RLHFDataset(_jsonl(tmp_path / "c.jsonl", long_rows), tokenizer, {**CONFIG, "filter_overlong_prompts": True})
+        RLHFDataset(_jsonl(tmp_path / "c.jsonl", long_rows), tokenizer, data_config(**{"filter_overlong_prompts": True}))
 
 
 def test_filter_with_worker_processes_matches_in_process(tmp_path, tokenizer):
@@ -182,16 +201,16 @@ def test_filter_with_worker_processes_matches_in_process(tmp_path, tokenizer):
     for i in range(0, 600, 50):
         rows[i]["prompt"] = _chat("long " * 80)
     path = _parquet(tmp_path / "many.parquet", rows)
-    config = {**CONFIG, "filter_overlong_prompts": True}
-    one = RLHFDataset(path, tokenizer, {**config, "filter_overlong_prompts_workers": 1})
-    two = RLHFDataset(path, tokenizer, {**config, "filter_overlong_prompts_workers": 2})
+    config = data_config(**{"filter_overlong_prompts": True})
+    one = RLHFDataset(path, tokenizer, dataclasses.replace(config, **{"filter_overlong_prompts_workers": 1}))
+    two = RLHFDataset(path, tokenizer, dataclasses.replace(config, **{"filter_overlong_prompts_workers": 2}))
     assert len(one) == len(two) == 588
     assert one.origins == two.origins
 
 
 def test_collate_makes_stacked_tensors_and_object_arrays(tmp_path, tokenizer):
     path = _parquet(tmp_path / "train.parquet", _rows(4))
-    ds = RLHFDataset(path, tokenizer, {**CONFIG, "return_raw_chat": True})
+    ds = RLHFDataset(path, tokenizer, data_config(**{"return_raw_chat": True}))
     batch = collate_fn([ds[i] for i in range(4)])
     assert batch["input_ids"].shape == (4, 64) and batch["position_ids"].shape == (4, 64)
     for key in ("raw_prompt_ids", "raw_prompt", "reward_model", "extra_info", "data_source", "index"):
@@ -223,15 +242,15 @@ def test_custom_dataset_class_and_its_errors(tmp_path, tokenizer):
         "class NotADataset:\n"
         "    pass\n"
     )
-    ds = create_rl_dataset(path, {**CONFIG, "custom_cls": {"path": str(module), "name": "Doubled"}}, tokenizer)
+    ds = create_rl_dataset(path, data_config(**{"custom_cls": {"path": str(module), "name": "Doubled"}}), tokenizer)
     assert type(ds).__name__ == "Doubled" and len(ds) == 6
-    assert isinstance(create_rl_dataset(path, {**CONFIG, "custom_cls": {"path": None, "name": None}}, tokenizer), RLHFDataset)
+    assert isinstance(create_rl_dataset(path, data_config(**{"custom_cls": {"path": None, "name": None}}), tokenizer), RLHFDataset)
     with pytest.raises(AttributeError, match=r"class 'Missing' not found in .*my_dataset.py; classes there: \['Doubled', 'NotADataset'\]"):
-        create_rl_dataset(path, {**CONFIG, "custom_cls": {"path": str(module), "name": "Missing"}}, tokenizer)
+        create_rl_dataset(path, data_config(**{"custom_cls": {"path": str(module), "name": "Missing"}}), tokenizer)
     with pytest.raises(TypeError, match="NotADataset in .*my_dataset.py must be a subclass of torch.utils.data.Dataset"):
-        create_rl_dataset(path, {**CONFIG, "custom_cls": {"path": str(module), "name": "NotADataset"}}, tokenizer)
+        create_rl_dataset(path, data_config(**{"custom_cls": {"path": str(module), "name": "NotADataset"}}), tokenizer)
     with pytest.raises(FileNotFoundError, match="data.custom_cls.path: dataset file .*nowhere.py"):
-        create_rl_dataset(path, {**CONFIG, "custom_cls": {"path": str(tmp_path / "nowhere.py"), "name": "X"}}, tokenizer)
+        create_rl_dataset(path, data_config(**{"custom_cls": {"path": str(tmp_path / "nowhere.py"), "name": "X"}}), tokenizer)
 
 
 # ---- sampler and loader state -------------------------------------------------------------
@@ -256,7 +275,7 @@ def _take(iterator, k):
 
 def _loader(n=10, batch_size=3, shuffle=True, seed=7):
     dataset = _Indexed(n)
-    sampler = create_rl_sampler({"shuffle": shuffle, "seed": seed}, dataset)
+    sampler = create_rl_sampler(data_config(shuffle=shuffle, seed=seed), dataset)
     return create_dataloader(dataset, batch_size, sampler, collate_fn)
 
 
@@ -320,7 +339,7 @@ def test_state_must_match_the_data():
 def test_loader_over_the_real_dataset_round_trips(tmp_path, tokenizer):
     path = _parquet(tmp_path / "train.parquet", _rows(20))
     ds = RLHFDataset(path, tokenizer, CONFIG)
-    config = {"shuffle": True, "seed": 1}
+    config = data_config(shuffle=True, seed=1)
     loader = create_dataloader(ds, 4, create_rl_sampler(config, ds), collate_fn)
     it = iter(loader)
     next(it)
