@@ -24,31 +24,9 @@ sys.path.insert(0, str(REPO))
 from reward.scorers.arithmetic import compute_score  # noqa: E402  (after the path change)
 
 
-def main(spec_path: str) -> None:
-    with open(spec_path) as f:
-        spec = json.load(f)
-    started = time.perf_counter()
-
-    import torch
-    import transformers
-    import trl
-    from datasets import Dataset
-    from transformers import AutoTokenizer, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
-
-    rows = spec["rows"]
-    dataset = Dataset.from_list([{"prompt": r["prompt"], "ground_truth": r["ground_truth"]} for r in rows])
-
-    step_rewards: list[float] = []
-    samples: list[list[dict]] = []  # the first 4 completions of each step, to read
-
-    def arithmetic_reward(prompts, completions, ground_truth, **kwargs):
-        """hybrid's arithmetic scorer, one float per completion."""
-        texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
-        scores = [compute_score(text, gt) for text, gt in zip(texts, ground_truth, strict=True)]
-        step_rewards.append(sum(scores) / len(scores))
-        samples.append([{"response": t, "ground_truth": gt, "score": sc} for t, gt, sc in list(zip(texts, ground_truth, scores))[:4]])
-        return scores
+def grpo_args(spec: dict):
+    """TRL's GRPOConfig for the same job hybrid runs (the spec's shared settings)."""
+    from trl import GRPOConfig
 
     n = int(spec["n"])
     prompts_per_step = int(spec["prompts_per_step"])
@@ -56,7 +34,7 @@ def main(spec_path: str) -> None:
     samples_per_step = prompts_per_step * n
     if samples_per_step % micro:
         raise ValueError(f"micro_batch_size {micro} must divide {samples_per_step} samples per step")
-    args = GRPOConfig(
+    return GRPOConfig(
         output_dir=spec["output_dir"],
         use_cpu=True,
         bf16=bool(spec["bf16"]),
@@ -91,6 +69,70 @@ def main(spec_path: str) -> None:
         disable_tqdm=True,
         use_vllm=False,
     )
+
+
+def build_result(spec, trainer, args, step_ends, gen_seconds, step_rewards, log_records, samples, started, loaded, finished) -> dict:
+    """The JSON result bench_vs_trl.py reads."""
+    import torch
+    import transformers
+    import trl
+
+    step_seconds = [b - a for a, b in zip(step_ends, step_ends[1:])]
+    result = {
+        "system": "trl",
+        "trl_version": trl.__version__,
+        "transformers_version": transformers.__version__,
+        "torch_version": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "bf16": bool(spec["bf16"]),
+        "model_dtype": str(next(trainer.model.parameters()).dtype),
+        "steps": len(step_seconds),
+        "step_seconds": step_seconds,
+        "gen_seconds": gen_seconds,
+        "step_rewards": step_rewards,
+        "setup_seconds": loaded - started,
+        "train_seconds": finished - loaded,
+        "logs": log_records,
+        "samples": samples,
+        "config": {
+            "per_device_train_batch_size": args.per_device_train_batch_size,
+            "gradient_accumulation_steps": args.gradient_accumulation_steps,
+            "steps_per_generation": args.steps_per_generation,
+            "generation_batch_size": args.generation_batch_size,
+            "num_generations": args.num_generations,
+            "num_iterations": args.num_iterations,
+            "gradient_checkpointing": args.gradient_checkpointing,
+            "learning_rate": args.learning_rate,
+            "beta": args.beta,
+        },
+    }
+    return result
+
+
+def main(spec_path: str) -> None:
+    with open(spec_path) as f:
+        spec = json.load(f)
+    started = time.perf_counter()
+
+    from datasets import Dataset
+    from transformers import AutoTokenizer, TrainerCallback
+    from trl import GRPOTrainer
+
+    rows = spec["rows"]
+    dataset = Dataset.from_list([{"prompt": r["prompt"], "ground_truth": r["ground_truth"]} for r in rows])
+
+    step_rewards: list[float] = []
+    samples: list[list[dict]] = []  # the first 4 completions of each step, to read
+
+    def arithmetic_reward(prompts, completions, ground_truth, **kwargs):
+        """hybrid's arithmetic scorer, one float per completion."""
+        texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+        scores = [compute_score(text, gt) for text, gt in zip(texts, ground_truth, strict=True)]
+        step_rewards.append(sum(scores) / len(scores))
+        samples.append([{"response": t, "ground_truth": gt, "score": sc} for t, gt, sc in list(zip(texts, ground_truth, scores))[:4]])
+        return scores
+
+    args = grpo_args(spec)
 
     step_ends: list[float] = []
     gen_seconds: list[float] = []
@@ -139,35 +181,7 @@ def main(spec_path: str) -> None:
     trainer.train()
     finished = time.perf_counter()
 
-    step_seconds = [b - a for a, b in zip(step_ends, step_ends[1:])]
-    result = {
-        "system": "trl",
-        "trl_version": trl.__version__,
-        "transformers_version": transformers.__version__,
-        "torch_version": torch.__version__,
-        "torch_threads": torch.get_num_threads(),
-        "bf16": bool(spec["bf16"]),
-        "model_dtype": str(next(trainer.model.parameters()).dtype),
-        "steps": len(step_seconds),
-        "step_seconds": step_seconds,
-        "gen_seconds": gen_seconds,
-        "step_rewards": step_rewards,
-        "setup_seconds": loaded - started,
-        "train_seconds": finished - loaded,
-        "logs": log_records,
-        "samples": samples,
-        "config": {
-            "per_device_train_batch_size": args.per_device_train_batch_size,
-            "gradient_accumulation_steps": args.gradient_accumulation_steps,
-            "steps_per_generation": args.steps_per_generation,
-            "generation_batch_size": args.generation_batch_size,
-            "num_generations": args.num_generations,
-            "num_iterations": args.num_iterations,
-            "gradient_checkpointing": args.gradient_checkpointing,
-            "learning_rate": args.learning_rate,
-            "beta": args.beta,
-        },
-    }
+    result = build_result(spec, trainer, args, step_ends, gen_seconds, step_rewards, log_records, samples, started, loaded, finished)
     Path(spec["result_path"]).write_text(json.dumps(result, indent=2))
     print(f"trl: wrote {spec['result_path']}", flush=True)
 

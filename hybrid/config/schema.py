@@ -12,7 +12,7 @@ mini_batch_samples`, ...), never keys written back.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from hybrid.config.registries import (
@@ -261,7 +261,7 @@ class RolloutConfig:
     log_prob_use_dynamic_bsz: bool
     log_prob_max_token_len_per_gpu: PositiveInt
     n: Annotated[int, Positive()]
-    calculate_log_probs: bool
+    calculate_log_probs: Annotated[bool, Fixed((True,), "the engine's log-probs are always kept as rollout_log_probs (the engine/trainer gap is logged from them)")]
     update_weights_bucket_megabytes: PositiveInt
     engine_kwargs: EngineKwargsConfig
     val_kwargs: ValKwargsConfig
@@ -454,6 +454,21 @@ class HybridConfig:
     @property
     def world_size(self) -> int:
         return self.trainer.world_size
+
+    def with_schedule_steps(self, total_steps: int) -> HybridConfig:
+        """A copy whose optimizers' `total_training_steps=-1` (the run's length) reads `total_steps`.
+
+        The run's length is known only once the training data is loaded (epochs x batches),
+        so the trainer derives this copy for the workers instead of writing into the config.
+        """
+
+        def fill(optim):
+            return optim if optim.total_training_steps > 0 else replace(optim, total_training_steps=total_steps)
+
+        arr = self.actor_rollout_ref
+        actor = replace(arr.actor, optim=fill(arr.actor.optim))
+        critic = replace(self.critic, optim=fill(self.critic.optim))
+        return replace(self, actor_rollout_ref=replace(arr, actor=actor), critic=critic)
 
 
 __all__ = [name for name in dir() if name.endswith("Config")]

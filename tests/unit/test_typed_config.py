@@ -5,7 +5,6 @@ defaults in code below the entry point."""
 from __future__ import annotations
 
 import dataclasses
-import re
 import sys
 import textwrap
 from pathlib import Path
@@ -171,22 +170,3 @@ def test_plugin_registers_an_estimator(tmp_path, monkeypatch):
 def test_plugin_that_cannot_import_is_named():
     message = problems_of([f"{ARR}.model.external_lib=[no_such_module_xyz]"])
     assert f"{ARR}.model.external_lib: cannot import 'no_such_module_xyz' (ModuleNotFoundError" in message
-
-
-# Code below the entry point reads the typed config; `.get("key", default)` on a config
-# section would be a second copy of the yaml's defaults. Plain dicts (meta_info, rows,
-# results) still use `.get`: the names below are what config sections are called.
-CONFIG_NAMES = r"(config|cfg|section|model_cfg|model_config|fsdp|fsdp_config|optim|optim_config|actor_cfg|rollout_cfg|data_config|trainer_cfg|kw|val_kwargs|reward_model|custom|algorithm_config|kl_ctrl_config)"
-GET_ON_CONFIG = re.compile(CONFIG_NAMES + r"(\.[a-z_]+)*\.get\(\s*\"[a-z_]+\"\s*,")
-
-
-def test_no_config_get_with_default_below_the_entry_point():
-    offenders = []
-    for folder in ("hybrid", "workers", "reward", "protocol"):
-        for path in sorted((REPO / folder).rglob("*.py")):
-            if path.parts[-2] == "config" or path.name == "main_ppo.py":
-                continue  # the boundary itself builds the typed config
-            for number, line in enumerate(path.read_text().splitlines(), 1):
-                if GET_ON_CONFIG.search(line):
-                    offenders.append(f"{path.relative_to(REPO)}:{number}: {line.strip()}")
-    assert not offenders, "config read with .get (use the typed field):\n" + "\n".join(offenders)
