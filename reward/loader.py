@@ -14,10 +14,11 @@ import importlib.util
 import inspect
 import os
 import sys
+from collections.abc import Mapping, Sequence
 from typing import Any, Callable
 
 from .manager import get_reward_manager_cls
-from .scorers import default_compute_score
+from .scorers import check_score_kwargs, default_compute_score
 
 # How a reward manager calls a per-sample function (keywords, as verl does) ...
 _SAMPLE_ARGS = {"data_source": "", "solution_str": "", "ground_truth": "", "extra_info": None}
@@ -26,17 +27,14 @@ _BATCH_ARGS = {"data_sources": [], "solution_strs": [], "ground_truths": [], "ex
 
 
 def _plain(value):
-    """A DictConfig/ListConfig as plain containers; other values unchanged."""
-    if hasattr(value, "_metadata") and hasattr(value, "_get_node"):
-        from omegaconf import OmegaConf
-
-        return OmegaConf.to_container(value, resolve=True)
+    """Mappings and lists of a config section (DictConfig/ListConfig or frozen-dataclass
+    fields) as plain dicts and lists, nested ones too: reward functions get ordinary
+    Python values, and the prime manager can pickle them into its worker processes."""
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+        return [_plain(v) for v in value]
     return value
-
-
-def _section(config, key: str) -> dict:
-    section = config.get(key) if config is not None else None
-    return dict(_plain(section) or {})
 
 
 def _load_module(path: str):
@@ -149,14 +147,16 @@ def check_reward_signature(fn: Callable, batch: bool = False, extra_kwargs: dict
 
 def get_custom_reward_fn(config) -> CustomRewardFunction | None:
     """The function named by `custom_reward_function.path/name`, or None when no path is set."""
-    section = _section(config, "custom_reward_function")
-    path = section.get("path")
-    if not path:
+    section = config.custom_reward_function
+    if not section.path:
         return None
-    name = section.get("name") or "compute_score"
-    fn = CustomRewardFunction(path, name, section.get("reward_kwargs") or {})
-    manager = _section(config, "reward_model").get("reward_manager") or "naive"
-    check_reward_signature(fn, batch=(manager == "batch"))
+    if not section.name:
+        raise ValueError(
+            f"custom_reward_function.name is {section.name!r}; set it to the name of the function in "
+            f"{section.path} (verl's default: compute_score)"
+        )
+    fn = CustomRewardFunction(section.path, section.name, _plain(section.reward_kwargs or {}))
+    check_reward_signature(fn, batch=(config.reward_model.reward_manager == "batch"))
     print(f"using custom reward function {fn.describe()}")
     return fn
 
@@ -165,31 +165,34 @@ def load_reward_manager(config, tokenizer, num_examine: int, **reward_kwargs: An
     """The manager named by `reward_model.reward_manager`, scoring with the custom reward
     function when one is set and with `default_compute_score` otherwise.
 
-    Manager arguments come from `reward_model.reward_kwargs`, overridden by `reward_kwargs`.
+    Manager arguments come from `reward_model.reward_kwargs`, overridden by `reward_kwargs`;
+    the keys no manager uses go to the scoring function (checked here against its
+    signature, or against the default scorers' options).
     """
-    reward_model = _section(config, "reward_model")
-    name = reward_model.get("reward_manager") or "naive"
+    reward_model = config.reward_model
+    name = reward_model.reward_manager
     manager_cls = get_reward_manager_cls(name)
-    if reward_model.get("sandbox_fusion"):
+    if reward_model.sandbox_fusion:
         raise ValueError(
             "reward_model.sandbox_fusion is set, but hybrid has no sandbox code execution; "
             "set it to null and score code with a custom_reward_function"
         )
-    kwargs = dict(reward_model.get("reward_kwargs") or {})
+    kwargs = _plain(reward_model.reward_kwargs or {})
     kwargs.update({k: _plain(v) for k, v in reward_kwargs.items()})
+    passed_on = {k: v for k, v in kwargs.items() if k not in manager_cls.manager_kwargs()}
     compute_score = get_custom_reward_fn(config)
     if compute_score is not None:
-        # Keys no manager knows are passed on to the function; check it takes them now.
-        passed_on = {k: v for k, v in kwargs.items() if k not in manager_cls.manager_kwargs()}
         if passed_on:
             check_reward_signature(compute_score, batch=(name == "batch"), extra_kwargs=passed_on)
-    elif name != "batch":
-        compute_score = default_compute_score
-    reward_fn_key = _section(config, "data").get("reward_fn_key") or "data_source"
+    else:
+        # Both the per-sample and the batch default pass these on to the scorers.
+        check_score_kwargs(passed_on)
+        if name != "batch":
+            compute_score = default_compute_score
     return manager_cls(
         tokenizer=tokenizer,
         num_examine=num_examine,
         compute_score=compute_score,
-        reward_fn_key=reward_fn_key,
+        reward_fn_key=config.data.reward_fn_key,
         **kwargs,
     )

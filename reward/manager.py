@@ -457,7 +457,8 @@ class PrimeRewardManager(RewardManagerBase):
         return results
 
 
-_MANAGERS = {
+# reward_model.reward_manager names; a plug-in module (external_lib) may add its own.
+REWARD_MANAGER_REGISTRY: dict[str, type] = {
     "naive": NaiveRewardManager,
     "prime": PrimeRewardManager,
     "batch": BatchRewardManager,
@@ -465,7 +466,17 @@ _MANAGERS = {
 }
 
 
+def register_reward_manager(name: str):
+    """Class decorator: make `reward_model.reward_manager=<name>` build this manager."""
+
+    def decorator(cls: type) -> type:
+        REWARD_MANAGER_REGISTRY[name] = cls
+        return cls
+
+    return decorator
+
+
 def get_reward_manager_cls(name: str):
-    if name not in _MANAGERS:
-        raise ValueError(f"unknown reward_model.reward_manager {name!r}; known: {', '.join(_MANAGERS)}")
-    return _MANAGERS[name]
+    if name not in REWARD_MANAGER_REGISTRY:
+        raise ValueError(f"unknown reward_model.reward_manager {name!r}; known: {', '.join(REWARD_MANAGER_REGISTRY)}")
+    return REWARD_MANAGER_REGISTRY[name]

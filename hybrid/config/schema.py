@@ -236,13 +236,13 @@ class RolloutConfig:
     repetition_penalty: Annotated[float, Positive()]
     presence_penalty: Annotated[float, Fraction(low=-2.0, high=2.0)]
     frequency_penalty: Annotated[float, Fraction(low=-2.0, high=2.0)]
-    stop: tuple[str, ...] | None
+    stop: Annotated[tuple[str, ...] | None, AsList()]
     stop_token_ids: tuple[int, ...] | None
     prompt_length: PositiveInt
     response_length: PositiveInt
     dtype: Annotated[str, OneOf(lambda: ("auto", "bfloat16", "float16", "float32"))]
     gpu_memory_utilization: Annotated[float, Fraction(open_low=True)]
-    cpu_kvcache_space_gb: Annotated[float, Positive()]
+    cpu_kvcache_space_gb: PositiveInt  # vLLM's CPU backend takes whole GiB
     ignore_eos: bool
     enforce_eager: bool
     free_cache_engine: bool

@@ -1,8 +1,25 @@
 """GSM8K scoring: compare the final number of a response with the reference answer.
 
-`strict` reads only the `#### <number>` form the GSM8K prompt asks for; `flexible` takes
-the last number anywhere in the text. Commas, `$` and a trailing period are stripped
-before comparing, and numerically equal forms (`72`, `72.0`) match.
+By default this gives exactly the scores of verl's `verl/utils/reward_score/gsm8k.py`, so
+a run's rewards and validation accuracy compare with a verl run's:
+
+- `method="strict"` reads the last `#### <number>` (four hashes, one space, then digits,
+  `.`, `,`, an optional leading `-`); commas are removed; the text must then equal the
+  ground truth exactly. `#### 18.0` for 18, `#### 3.50` for 3.5, `####12`, `#### $18`
+  and `####  18` are not right answers.
+- `method="flexible"` takes the last run of digits, `.`, `,` (optional leading `-`)
+  anywhere in the text that is not a lone `.`, as it stands (commas kept), and compares
+  it the same way: `... is 18.` reads `18.` and scores the wrong-answer score.
+
+Only the last 300 characters of a response are read, as in verl.
+
+`lenient=True` is this project's more forgiving reading (numbers compared by value, so
+`18.0` and `18.` match 18; `$` and commas ignored; `####` with any spacing; in flexible
+mode a trailing period does not belong to the number). Pass it to the default scorer
+through the reward manager's keyword arguments, `reward_model.reward_kwargs.lenient=true`
+on the command line; keys there that the reward manager does not use go to the scoring
+function (with `method`, `format_score` and `score` the same way). Its rewards do not
+compare with verl's.
 """
 
 from __future__ import annotations
@@ -11,28 +28,49 @@ import re
 
 # Regexes over very long responses are slow; the answer sits at the end anyway.
 _CLIP_CHARS = 300
-_STRICT = re.compile(r"####\s*\$?\s*(-?[0-9.,]+)")
-_FLEXIBLE = re.compile(r"-?\$?[0-9][0-9.,]*|-?\.[0-9]+")
+_VERL_STRICT = re.compile(r"#### (\-?[0-9\.\,]+)")
+_VERL_FLEXIBLE = re.compile(r"(\-?[0-9\.\,]+)")
+_LENIENT_STRICT = re.compile(r"####\s*\$?\s*(-?[0-9.,]+)")
+_LENIENT_FLEXIBLE = re.compile(r"-?\$?[0-9][0-9.,]*|-?\.[0-9]+")
+
+
+def _check_method(method: str) -> None:
+    if method not in ("strict", "flexible"):
+        raise ValueError(f"gsm8k scorer: method must be 'strict' or 'flexible', got {method!r}")
+
+
+def _verl_extract(text: str, method: str) -> str | None:
+    if method == "strict":
+        found = _VERL_STRICT.findall(text)
+        return found[-1].replace(",", "").replace("$", "") if found else None
+    found = _VERL_FLEXIBLE.findall(text)
+    answer = None
+    # verl's loop: the last match that is not "" or "."; when every match is one of
+    # those, the loop ends on the first match, which is then compared (and is wrong).
+    for answer in reversed(found):
+        if answer not in ("", "."):
+            break
+    return answer
 
 
 def _clean(number: str) -> str:
     return number.replace(",", "").replace("$", "").rstrip(".")
 
 
-def extract_solution(solution_str: str, method: str = "strict") -> str | None:
-    """The final answer in `solution_str` as a string without commas, or None."""
-    if method not in ("strict", "flexible"):
-        raise ValueError(f"method must be 'strict' or 'flexible', got {method!r}")
-    text = solution_str[-_CLIP_CHARS:]
-    if method == "strict":
-        found = _STRICT.findall(text)
-    else:
-        found = _FLEXIBLE.findall(text)
+def _lenient_extract(text: str, method: str) -> str | None:
+    found = (_LENIENT_STRICT if method == "strict" else _LENIENT_FLEXIBLE).findall(text)
     for candidate in reversed(found):
         cleaned = _clean(candidate)
         if cleaned not in ("", "-", "."):
             return cleaned
     return None
+
+
+def extract_solution(solution_str: str, method: str = "strict", lenient: bool = False) -> str | None:
+    """The final answer in `solution_str` as the text that is compared, or None."""
+    _check_method(method)
+    text = solution_str[-_CLIP_CHARS:]
+    return _lenient_extract(text, method) if lenient else _verl_extract(text, method)
 
 
 def _same_number(answer: str, ground_truth: str) -> bool:
@@ -52,10 +90,16 @@ def compute_score(
     method: str = "strict",
     format_score: float = 0.0,
     score: float = 1.0,
+    lenient: bool = False,
 ) -> float:
-    """`score` for the right answer, `format_score` for a wrong one in the asked-for form,
-    0 when no answer can be found."""
-    answer = extract_solution(solution_str, method=method)
+    """`score` for the right answer, `format_score` for a wrong one that could be read,
+    0 when none can be read (see the module docstring for `method` and `lenient`).
+
+    A ground truth that is not a string (an int from a hand-made parquet) is compared as
+    its `str()`; verl compares it as it is and never finds it equal.
+    """
+    answer = extract_solution(solution_str, method=method, lenient=lenient)
     if answer is None:
         return 0.0
-    return float(score) if _same_number(answer, ground_truth) else float(format_score)
+    right = _same_number(answer, ground_truth) if lenient else answer == str(ground_truth)
+    return float(score) if right else float(format_score)

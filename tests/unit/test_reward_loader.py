@@ -148,3 +148,37 @@ def test_bad_manager_settings_fail_at_load(tokenizer):
     config.reward_model.sandbox_fusion = {"url": "http://localhost:8080"}
     with pytest.raises(ValueError, match="sandbox_fusion"):
         load_reward_manager(config, tokenizer, 0)
+
+
+@pytest.mark.parametrize("typed", [False, True], ids=["dictconfig", "frozen"])
+def test_reward_kwargs_reach_the_gsm8k_scorer_from_the_command_line(tokenizer, typed):
+    """`reward_model.reward_kwargs.lenient=true` switches gsm8k to the lenient reading; the
+    sections may be DictConfig or the frozen dataclasses (attribute access only)."""
+    from hybrid.config import build_config, load_config
+    from tests.unit.test_reward_manager import make_batch
+
+    responses, truths = ["#### 18.0", "#### 18", "So it is 18."], ["18", "18", "18"]
+    data, lengths = make_batch(tokenizer, responses, truths, sources=["openai/gsm8k"] * 3)
+    load = build_config if typed else load_config
+    for overrides, expected in (
+        ([], [0.0, 1.0, 0.0]),  # verl's strict reading
+        (["reward_model.reward_kwargs.lenient=true"], [1.0, 1.0, 0.0]),
+        (["reward_model.reward_kwargs.lenient=true", "reward_model.reward_kwargs.method=flexible"], [1.0, 1.0, 1.0]),
+    ):
+        manager = load_reward_manager(load(overrides), tokenizer, num_examine=0)
+        scores = manager(data)
+        assert [scores[i, n - 1].item() for i, n in enumerate(lengths)] == expected, overrides
+
+
+def test_reward_kwargs_no_default_scorer_takes_fail_at_load(tokenizer):
+    with pytest.raises(TypeError, match=r"reward_model.reward_kwargs: no default scorer takes 'lenint'.*gsm8k: .*lenient"):
+        load_reward_manager(_config(manager_kwargs={"timeout_s": 10, "lenint": True}), tokenizer, num_examine=0)
+    # The batch manager's default scores through the same scorers.
+    with pytest.raises(TypeError, match=r"no default scorer takes 'lenint'"):
+        load_reward_manager(_config(manager="batch", manager_kwargs={"lenint": True}), tokenizer, num_examine=0)
+
+
+def test_empty_custom_function_name_is_named(tmp_path):
+    path = _write(tmp_path, GOOD)
+    with pytest.raises(ValueError, match=r"custom_reward_function.name is None; set it to the name of the function"):
+        get_custom_reward_fn(_config(path, name=None))

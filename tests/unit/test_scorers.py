@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from hybrid.config import load_config
 from hybrid.data import RLHFDataset
 from reward.scorers import default_compute_score, gsm8k, known_data_sources
 from reward.scorers import arithmetic as arithmetic_scorer
@@ -60,7 +61,8 @@ def test_gsm8k_rows_through_preprocess_dataset_and_scorer(tmp_path, tokenizer, g
     _write_jsonl(raw / "test.jsonl", GSM8K_TEST)
     paths = gsm8k_script["process_dir"](str(raw), str(tmp_path / "gsm8k"))
 
-    dataset = RLHFDataset(paths["train"], tokenizer, {"max_prompt_length": 256, "return_raw_chat": True})
+    data_cfg = load_config(["data.max_prompt_length=256", "data.return_raw_chat=true"]).data
+    dataset = RLHFDataset(paths["train"], tokenizer, data_cfg)
     assert len(dataset) == 4
     truths = [dataset[i]["reward_model"]["ground_truth"] for i in range(4)]
     assert truths == ["72", "10", "5", "624"]
@@ -79,28 +81,78 @@ def test_gsm8k_rows_through_preprocess_dataset_and_scorer(tmp_path, tokenizer, g
         wrong = row["answer"].rsplit("####", 1)[0] + f"#### {int(truth) + 1}"
         assert default_compute_score(ds, wrong, truth) == 0.0
         assert default_compute_score(ds, wrong, truth, format_score=0.1) == 0.1
-        plain = f"So the answer is {truth}."
+        plain = f"So the answer is {truth}"
         assert default_compute_score(ds, plain, truth) == 0.0  # strict wants "####"
         assert default_compute_score(ds, plain, truth, method="flexible") == 1.0
-        assert default_compute_score(ds, f"So the answer is {int(truth) + 2}.", truth, method="flexible") == 0.0
+        # verl's flexible reading keeps the full stop ("72.") and finds it wrong.
+        assert default_compute_score(ds, plain + ".", truth, method="flexible", format_score=0.1) == 0.1
+        assert default_compute_score(ds, plain + ".", truth, method="flexible", lenient=True) == 1.0
+        assert default_compute_score(ds, f"So the answer is {int(truth) + 2}", truth, method="flexible") == 0.0
         assert default_compute_score(ds, "I do not know.", truth, format_score=0.1) == 0.0  # no answer at all
 
-    test_set = RLHFDataset(paths["test"], tokenizer, {"max_prompt_length": 256})
+    test_set = RLHFDataset(paths["test"], tokenizer, data_cfg)
     assert test_set[0]["reward_model"]["ground_truth"] == "18"
     assert test_set[0]["extra_info"]["split"] == "test"
 
 
-def test_gsm8k_number_forms():
-    assert gsm8k.compute_score("... #### 1,234", "1234") == 1.0
-    assert gsm8k.compute_score("... #### $18", "18") == 1.0
-    assert gsm8k.compute_score("... #### 18.", "18") == 1.0
-    assert gsm8k.compute_score("... #### 18.00", "18") == 1.0
-    assert gsm8k.compute_score("#### -3", "-3") == 1.0
-    assert gsm8k.compute_score("#### 5 then #### 7", "7") == 1.0  # the last one counts
-    assert gsm8k.compute_score("it costs $1,000.", "1000", method="flexible") == 1.0
+# (response, ground truth, verl strict, verl flexible, lenient strict, lenient flexible), with
+# format_score=0.1 so "read but wrong" (0.1) and "nothing read" (0) differ. The verl columns
+# are what verl's verl/utils/reward_score/gsm8k.py (0.9) returns for the same call.
+GSM8K_TABLE = [
+    ("... #### 72", "72", 1.0, 1.0, 1.0, 1.0),
+    ("#### 18.0", "18", 0.1, 0.1, 1.0, 1.0),  # verl compares text: 18.0 is not 18
+    ("#### 3.50", "3.5", 0.1, 0.1, 1.0, 1.0),
+    ("####12", "12", 0.0, 1.0, 1.0, 1.0),  # verl's strict needs "#### " with the space
+    ("####  12", "12", 0.0, 1.0, 1.0, 1.0),
+    ("#### 18.", "18", 0.1, 0.1, 1.0, 1.0),
+    ("#### 1,234", "1234", 1.0, 0.1, 1.0, 1.0),  # strict drops commas, flexible keeps them
+    ("it costs 1,000", "1000", 0.0, 0.1, 0.0, 1.0),
+    ("#### $18", "18", 0.0, 1.0, 1.0, 1.0),  # "$" right after "#### ": verl's strict reads nothing
+    ("#### 18$", "18", 1.0, 1.0, 1.0, 1.0),
+    ("it costs $1,000.", "1000", 0.0, 0.1, 0.0, 1.0),
+    ("#### -3", "-3", 1.0, 1.0, 1.0, 1.0),
+    ("the change is -3", "-3", 0.0, 1.0, 0.0, 1.0),
+    ("#### -3", "3", 0.1, 0.1, 0.1, 0.1),
+    ("#### 5 then #### 7", "7", 1.0, 1.0, 1.0, 1.0),  # the last one counts
+    ("#### 5 then #### 7", "5", 0.1, 0.1, 0.1, 0.1),
+    ("#### 7 and then I said 5", "7", 1.0, 0.1, 1.0, 0.1),
+    ("So the answer is 18.", "18", 0.0, 0.1, 0.0, 1.0),  # verl's flexible reads "18."
+    ("The end.", "18", 0.0, 0.1, 0.0, 0.0),  # verl compares the lone "." (wrong)
+    ("Hello, world", "18", 0.0, 0.1, 0.0, 0.0),  # ... and a lone ","
+    ("no number at all", "18", 0.0, 0.0, 0.0, 0.0),
+    ("#### 18" + "x" * 300, "18", 0.0, 0.0, 0.0, 0.0),  # only the last 300 characters are read
+    ("x" * 400 + "#### 18", "18", 1.0, 1.0, 1.0, 1.0),
+]
+
+
+@pytest.mark.parametrize("response,truth,strict,flexible,lenient_strict,lenient_flexible", GSM8K_TABLE)
+def test_gsm8k_scores_match_verl_and_lenient_option(response, truth, strict, flexible, lenient_strict, lenient_flexible):
+    def score(**kw):
+        return gsm8k.compute_score(response, truth, format_score=0.1, **kw)
+
+    assert score() == strict
+    assert score(method="flexible") == flexible
+    assert score(lenient=True) == lenient_strict
+    assert score(method="flexible", lenient=True) == lenient_flexible
+    # The same through the data_source dispatch, as the reward managers call it.
+    assert default_compute_score("openai/gsm8k", response, truth, format_score=0.1) == strict
+    assert default_compute_score("openai/gsm8k", response, truth, format_score=0.1, lenient=True) == lenient_strict
+
+
+def test_gsm8k_score_arguments():
     assert gsm8k.compute_score("#### 72", "72", score=2.0) == 2.0
+    assert gsm8k.compute_score("#### 72", 72) == 1.0  # a non-string ground truth compares as its str()
     with pytest.raises(ValueError, match="strict.*flexible"):
         gsm8k.compute_score("#### 1", "1", method="loose")
+
+
+def test_default_scorer_kwargs_go_to_the_scorers_that_take_them():
+    # A mixed data set: gsm8k's options must not break the math and arithmetic rows.
+    assert default_compute_score("lighteval/MATH", "\\boxed{3}", "3", lenient=True, method="flexible") == 1.0
+    assert default_compute_score("arithmetic", "1 + 2 = 3", "3", lenient=True) == 1.0
+    assert default_compute_score("openai/gsm8k", "#### 18.0", "18", lenient=True) == 1.0
+    with pytest.raises(TypeError, match=r"reward_model.reward_kwargs: no default scorer takes 'lenent'.*gsm8k: .*lenient"):
+        default_compute_score("openai/gsm8k", "#### 18", "18", lenent=True)
 
 
 def test_gsm8k_preprocess_rejects_rows_without_final_answer(tmp_path, gsm8k_script):

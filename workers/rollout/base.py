@@ -1,25 +1,79 @@
-"""What every rollout engine returns, assembled in one place.
+"""What every rollout engine shares: the reading of the rollout config, and its output.
 
-Given left-padded prompts and, per sample, the generated token ids (and the engine's
-log-probs of them), build the DataProto the trainer consumes: `prompts` (B, P),
-`responses` (B, R) right-padded with the pad id, `input_ids` = prompt|response,
-`attention_mask`, `position_ids` continuing the prompt's, `response_mask` (1 through the
-EOS token), and `rollout_log_probs` (B, R) when the engine gave them. Samples of one
-prompt are adjacent (prompt 0's n samples, then prompt 1's), matching
-`DataProto.repeat(n, interleave=True)` on the driver.
+`sampling_settings` turns the `actor_rollout_ref.rollout` section (and the call's
+meta_info) into one engine-neutral `SamplingSettings`; each engine translates that into
+its own parameters (vLLM `SamplingParams`, transformers `GenerationConfig`).
+`engine_load_format` says what verl's `load_format` values mean for the engine's first
+weights. `assemble_rollout` builds, from left-padded prompts and per sample the
+generated token ids (and the engine's log-probs of them), the DataProto the trainer
+consumes: `prompts` (B, P), `responses` (B, R) right-padded with the pad id,
+`input_ids` = prompt|response, `attention_mask`, `position_ids` continuing the prompt's,
+`response_mask` (1 through the EOS token), and `rollout_log_probs` (B, R) when the
+engine gave them. Samples of one prompt are adjacent (prompt 0's n samples, then prompt
+1's), matching `DataProto.repeat(n, interleave=True)` on the driver.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
 
 from protocol.data_proto import DataProto
 
+ROLLOUT = "actor_rollout_ref.rollout"
 
-@dataclass
+# verl's load_format values. `dummy*`: the engine starts with random weights; the actor's
+# are loaded into it before its first generation and after every update, so the random
+# ones never sample. The others read the model folder's weights first; verl's
+# `hf`/`dtensor` name how verl's FSDP workers send weights to the engine, which hybrid
+# always does one way, so for the engine they all mean "read the checkpoint" (vLLM's own
+# `auto`; `safetensors` is vLLM's name for the same, kept as it is).
+DUMMY_LOAD_FORMATS = ("dummy_dtensor", "dummy_hf", "dummy")
+CHECKPOINT_LOAD_FORMATS = ("dtensor", "hf", "auto", "safetensors")
+_MEGATRON_LOAD_FORMATS = ("dummy_megatron", "megatron")
+
+
+def engine_load_format(load_format: str) -> str:
+    """The vLLM `load_format` for verl's `actor_rollout_ref.rollout.load_format`:
+    "dummy" (random first weights) or a format that reads the model folder ("auto",
+    "safetensors"). The HF engine follows the same answer (from_config or
+    from_pretrained)."""
+    if load_format in DUMMY_LOAD_FORMATS:
+        return "dummy"
+    if load_format in ("dtensor", "hf", "auto"):
+        return "auto"
+    if load_format == "safetensors":
+        return "safetensors"
+    if load_format in _MEGATRON_LOAD_FORMATS:
+        raise ValueError(
+            f"{ROLLOUT}.load_format={load_format!r} is verl's weight loader for a Megatron actor, and hybrid "
+            f"trains with FSDP only; use dummy_dtensor (random first weights, the actor's are synced in before generating) "
+            f"or hf (the engine reads the model folder first)"
+        )
+    raise ValueError(
+        f"{ROLLOUT}.load_format={load_format!r} is not supported; use one of "
+        f"{', '.join(DUMMY_LOAD_FORMATS + CHECKPOINT_LOAD_FORMATS)}"
+    )
+
+
+def plain(value):
+    """Mappings and lists of a config section (DictConfig/ListConfig, dicts, tuples) as
+    plain dicts and lists, nested ones too: for libraries that validate their arguments'
+    types (vLLM's engine arguments) and for pickling into other processes."""
+    if isinstance(value, Mapping):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+        return [plain(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True)
 class SamplingSettings:
+    """One generation call's sampling, in vLLM's `SamplingParams` terms (top_k -1 or 0:
+    off; min_p 0: off; penalties 1.0 / 0.0: off; empty stop lists: none)."""
+
     n: int
     temperature: float
     top_p: float
@@ -27,32 +81,83 @@ class SamplingSettings:
     max_tokens: int
     greedy: bool
     ignore_eos: bool = False
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+
+
+def _stop_strings(value) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    # vLLM takes one string for `stop` as well as a list; so does this.
+    items = (value,) if isinstance(value, str) else value
+    if not isinstance(items, Sequence) or not all(isinstance(s, str) and s for s in items):
+        raise ValueError(
+            f"{ROLLOUT}.stop={value!r}: must be null or a list of non-empty strings, e.g. stop='[\"</answer>\"]'"
+        )
+    return tuple(items)
+
+
+def _stop_token_ids(value) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    if (
+        isinstance(value, (str, bytes))
+        or not isinstance(value, Sequence)
+        or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value)
+    ):
+        raise ValueError(f"{ROLLOUT}.stop_token_ids={value!r}: must be null or a list of token ids (integers >= 0)")
+    return tuple(int(t) for t in value)
 
 
 def sampling_settings(config, meta_info: dict) -> SamplingSettings:
-    """verl's rule: validation uses `val_kwargs`; `do_sample=False` means greedy, one sample."""
+    """The sampling of one call, from the rollout section `config` and the call's meta_info.
+
+    verl's rules: validation (`meta_info["validate"]`) takes top_k/top_p/temperature/n
+    from `val_kwargs`, and is greedy with one sample when `val_kwargs.do_sample` is false
+    or its temperature is 0; training may be made greedy by `do_sample=False` (config or
+    meta_info) and takes n and temperature from meta_info when given. Greedy means
+    temperature 0, one sample and no top-k/top-p/min-p filter. The other SamplingParams
+    keys (min_p, repetition/presence/frequency penalty, stop, stop_token_ids, ignore_eos)
+    come from the rollout section in every mode; the penalties and stops also apply to
+    greedy decoding, as in vLLM.
+    """
+    common = dict(
+        max_tokens=int(config.response_length),
+        ignore_eos=bool(config.ignore_eos),
+        repetition_penalty=float(config.repetition_penalty),
+        presence_penalty=float(config.presence_penalty),
+        frequency_penalty=float(config.frequency_penalty),
+        stop=_stop_strings(config.stop),
+        stop_token_ids=_stop_token_ids(config.stop_token_ids),
+    )
+    greedy_filters = dict(n=1, temperature=0.0, top_p=1.0, top_k=-1, min_p=0.0, greedy=True)
     if meta_info.get("validate", False):
         kw = config.val_kwargs
-        greedy = not kw.get("do_sample", False) or float(kw.get("temperature", 0)) == 0
+        if not kw.do_sample or float(kw.temperature) == 0:
+            return SamplingSettings(**greedy_filters, **common)
         return SamplingSettings(
-            n=1 if greedy else int(kw.get("n", 1)),
-            temperature=0.0 if greedy else float(kw.temperature),
-            top_p=1.0 if greedy else float(kw.get("top_p", 1.0)),
-            top_k=-1 if greedy else int(kw.get("top_k", -1)),
-            max_tokens=int(config.response_length),
-            greedy=greedy,
-            ignore_eos=bool(config.get("ignore_eos", False)),
+            n=int(kw.n),
+            temperature=float(kw.temperature),
+            top_p=float(kw.top_p),
+            top_k=int(kw.top_k),
+            min_p=float(config.min_p),
+            greedy=False,
+            **common,
         )
-    do_sample = meta_info.get("do_sample", config.get("do_sample", True))
-    greedy = not do_sample
+    if not meta_info.get("do_sample", config.do_sample):
+        return SamplingSettings(**greedy_filters, **common)
     return SamplingSettings(
-        n=1 if greedy else int(meta_info.get("n", config.n)),
-        temperature=0.0 if greedy else float(meta_info.get("temperature", config.temperature)),
-        top_p=1.0 if greedy else float(config.top_p),
-        top_k=-1 if greedy else int(config.top_k),
-        max_tokens=int(config.response_length),
-        greedy=greedy,
-        ignore_eos=bool(config.get("ignore_eos", False)),
+        n=int(meta_info.get("n", config.n)),
+        temperature=float(meta_info.get("temperature", config.temperature)),
+        top_p=float(config.top_p),
+        top_k=int(config.top_k),
+        min_p=float(config.min_p),
+        greedy=False,
+        **common,
     )
 
 

@@ -1,11 +1,14 @@
 """vLLM in the worker's own process: the rollout engine of the hybrid worker.
 
-The engine starts with dummy weights (`load_format=dummy`); the sharding manager pushes
-the actor's weights into it with `update_weights` before every generation. Multiprocessing
-is switched off (`VLLM_ENABLE_V1_MULTIPROCESSING=0`) so the engine core runs in this
-process and `collective_rpc` calls reach the model directly, tensors passed by reference.
-On CPU the KV cache size comes from `cpu_kvcache_space_gb`; sleep/wake (freeing the KV
-cache while training) is used where the platform supports it (GPUs).
+The engine starts as `actor_rollout_ref.rollout.load_format` says (verl's values, mapped
+by `engine_load_format`: random weights for `dummy*`, the model folder's for `hf`/`auto`);
+the worker pushes the actor's weights into it with `update_weights` (workers/weight_sync.py)
+before the first generation and after every update. Multiprocessing is switched off
+(`VLLM_ENABLE_V1_MULTIPROCESSING=0`) so the engine core runs in this process and
+`collective_rpc` calls reach the model directly, tensors passed by reference. On CPU the
+KV cache size comes from `cpu_kvcache_space_gb`; sleep/wake (freeing the KV cache while
+training) is used where the platform supports it (GPUs). `vllm_sampling_params` is the
+one place the rollout's sampling keys become a `SamplingParams`.
 """
 
 from __future__ import annotations
@@ -17,18 +20,68 @@ import torch
 
 from protocol.data_proto import DataProto
 from workers.device import is_cuda_available, resolve_dtype_name
-from workers.rollout.base import assemble_rollout, prompt_token_lists, sampling_settings
+from workers.rollout.base import (
+    ROLLOUT,
+    SamplingSettings,
+    assemble_rollout,
+    engine_load_format,
+    plain,
+    prompt_token_lists,
+    sampling_settings,
+)
 
 
 def _prepare_environment(config) -> None:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     if not is_cuda_available():
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(config.get("cpu_kvcache_space_gb", 1)))
+        space = float(config.cpu_kvcache_space_gb)
+        # vLLM reads the variable with int(): "1.0" would stop the engine at start-up.
+        if not space.is_integer() or space < 1:
+            raise ValueError(
+                f"{ROLLOUT}.cpu_kvcache_space_gb={config.cpu_kvcache_space_gb}: vLLM's CPU KV cache is sized in "
+                f"whole GiB; set a whole number >= 1"
+            )
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(space)))
+
+
+def vllm_sampling_params(settings: SamplingSettings):
+    """The vLLM `SamplingParams` of one call; a value vLLM refuses raises ValueError
+    naming the rollout key."""
+    from vllm import SamplingParams
+    from vllm.exceptions import VLLMValidationError
+
+    try:
+        return SamplingParams(
+            n=settings.n,
+            temperature=settings.temperature,
+            top_p=settings.top_p,
+            top_k=settings.top_k,
+            min_p=settings.min_p,
+            repetition_penalty=settings.repetition_penalty,
+            presence_penalty=settings.presence_penalty,
+            frequency_penalty=settings.frequency_penalty,
+            stop=list(settings.stop) or None,
+            stop_token_ids=list(settings.stop_token_ids) or None,
+            ignore_eos=settings.ignore_eos,
+            max_tokens=settings.max_tokens,
+            logprobs=0,
+            # Responses are kept as token ids; text is only needed to find stop strings.
+            detokenize=bool(settings.stop),
+        )
+    except (VLLMValidationError, ValueError, TypeError) as e:
+        # vLLM's parameter names are the rollout keys (val_kwargs for validation calls).
+        raise ValueError(f"{ROLLOUT}: vLLM refuses the sampling settings: {e}") from e
 
 
 class VLLMRollout:
-    def __init__(self, model_path: str, config, tokenizer, model_hf_config):
+    def __init__(self, model_config, config, tokenizer, model_hf_config):
+        """`model_config` is `actor_rollout_ref.model` (path, tokenizer_path,
+        trust_remote_code), `config` is `actor_rollout_ref.rollout`."""
+        # Before anything imports vllm: it reads these variables.
         _prepare_environment(config)
+        # Sampling settings vLLM refuses fail here, before the engine takes its memory.
+        for meta_info in ({}, {"validate": True}):
+            vllm_sampling_params(sampling_settings(config, meta_info))
         from vllm import LLM
 
         self.config = config
@@ -36,30 +89,32 @@ class VLLMRollout:
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         eos = getattr(model_hf_config, "eos_token_id", None) or tokenizer.eos_token_id
         self.eos_token_ids = set(eos if isinstance(eos, list) else [eos])
-        max_model_len = config.get("max_model_len") or (int(config.prompt_length) + int(config.response_length))
-        engine_kwargs = dict((config.get("engine_kwargs") or {}).get("vllm") or {})
+        max_model_len = config.max_model_len or (int(config.prompt_length) + int(config.response_length))
         kwargs = dict(
-            model=model_path,
-            tokenizer=model_path,
-            dtype=resolve_dtype_name(str(config.get("dtype", "auto"))),
-            enforce_eager=bool(config.get("enforce_eager", True)),
-            load_format=config.get("load_format", "dummy"),
+            model=model_config.path,
+            # vLLM detokenizes only to find stop strings; it must read text as the trainer does.
+            tokenizer=model_config.tokenizer_path or model_config.path,
+            trust_remote_code=bool(model_config.trust_remote_code),
+            dtype=resolve_dtype_name(str(config.dtype)),
+            enforce_eager=bool(config.enforce_eager),
+            load_format=engine_load_format(config.load_format),
             max_model_len=int(max_model_len),
-            max_num_seqs=int(config.get("max_num_seqs", 256)),
-            max_num_batched_tokens=max(int(config.get("max_num_batched_tokens", 8192)), int(max_model_len)),
-            enable_chunked_prefill=bool(config.get("enable_chunked_prefill", True)),
-            tensor_parallel_size=int(config.get("tensor_model_parallel_size", 1)),
-            seed=int(config.get("seed", 0)),
-            # Log-probs after temperature, matching the actor's temperature-scaled log-probs.
+            max_num_seqs=int(config.max_num_seqs),
+            max_num_batched_tokens=max(int(config.max_num_batched_tokens), int(max_model_len)),
+            enable_chunked_prefill=bool(config.enable_chunked_prefill),
+            tensor_parallel_size=int(config.tensor_model_parallel_size),
+            seed=int(config.seed),
+            # Log-probs after temperature, matching the actor's temperature-scaled log-probs. Set
+            # penalties, min_p or top-k/top-p also shape them, and the actor reproduces none of
+            # those: rollout_log_probs then differ from the actor's by design.
             logprobs_mode="processed_logprobs",
             # Weights change every step; a cached prefix would hold stale KV entries.
             enable_prefix_caching=False,
-            enable_sleep_mode=bool(config.get("free_cache_engine", False)) and is_cuda_available(),
-            trust_remote_code=bool(config.get("trust_remote_code", False)),
+            enable_sleep_mode=bool(config.free_cache_engine) and is_cuda_available(),
         )
         if is_cuda_available():
-            kwargs["gpu_memory_utilization"] = float(config.get("gpu_memory_utilization", 0.5))
-        kwargs.update(engine_kwargs)
+            kwargs["gpu_memory_utilization"] = float(config.gpu_memory_utilization)
+        kwargs.update(plain(config.engine_kwargs.vllm or {}))
         self.llm = LLM(**kwargs)
         self.engine_dtype = self.llm.llm_engine.model_config.dtype
         self.sleeping = False
@@ -95,22 +150,12 @@ class VLLMRollout:
     # ------------------------------------------------------------------ generation
     @torch.no_grad()
     def generate_sequences(self, prompts: DataProto) -> DataProto:
-        from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
         settings = sampling_settings(self.config, prompts.meta_info)
         input_ids = prompts.batch["input_ids"]
         attention_mask = prompts.batch["attention_mask"]
-        params = SamplingParams(
-            n=settings.n,
-            temperature=settings.temperature,
-            top_p=settings.top_p,
-            top_k=settings.top_k,
-            max_tokens=settings.max_tokens,
-            ignore_eos=settings.ignore_eos,
-            logprobs=0,
-            detokenize=False,
-        )
+        params = vllm_sampling_params(settings)
         requests = [TokensPrompt(prompt_token_ids=ids) for ids in prompt_token_lists(input_ids, attention_mask)]
         outputs = self.llm.generate(requests, params, use_tqdm=False)
         token_ids, log_probs = [], []
