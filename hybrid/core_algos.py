@@ -42,7 +42,6 @@ from workers.losses import (
     AGG_LOSS_MODES,
     KL_PENALTY_KINDS,
     POLICY_LOSS_REGISTRY,
-    actor_cfg,
     agg_loss,
     apply_truncated_is,
     compute_entropy_loss,

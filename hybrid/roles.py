@@ -1,9 +1,11 @@
 """Which worker groups a run needs and where they run.
 
-One resource pool of `trainer.nnodes x trainer.n_gpus_per_node` slots holds every role:
+One resource pool of `trainer.nnodes x trainer.n_gpus_per_node` slots holds every group:
 the fused actor-rollout(-ref) worker, and the critic and reward model colocated on the
 same slots. `trainer.worker_group` picks Ray actors (`ray`), the driver's own process
 (`local`, one slot only), or `auto`: local for a single slot, Ray otherwise.
+
+`config` is the typed `HybridConfig`; each worker gets its own section only.
 """
 
 from __future__ import annotations
@@ -12,31 +14,19 @@ import os
 
 from hybrid.controller.local_worker_group import LocalWorkerGroup
 from workers.device import is_cuda_available
-
-
-def use_critic(config) -> bool:
-    enable = config.critic.get("enable")
-    return bool(enable) if enable is not None else config.algorithm.adv_estimator == "gae"
-
-
-def use_reference_policy(config) -> bool:
-    return bool(config.algorithm.use_kl_in_reward or config.actor_rollout_ref.actor.use_kl_loss)
-
-
-def world_size(config) -> int:
-    return int(config.trainer.nnodes) * int(config.trainer.n_gpus_per_node)
+from workers.roles import Role
 
 
 def wants_ray(config) -> bool:
-    choice = config.trainer.get("worker_group", "auto")
+    choice = config.trainer.worker_group
     if choice == "local":
-        if world_size(config) != 1:
+        if config.world_size != 1:
             raise ValueError(
                 f"trainer.worker_group=local runs one rank, but trainer.nnodes x trainer.n_gpus_per_node = "
-                f"{world_size(config)}; use trainer.worker_group=ray or set both to 1"
+                f"{config.world_size}; use trainer.worker_group=ray or set both to 1"
             )
         return False
-    return choice == "ray" or world_size(config) > 1
+    return choice == "ray" or config.world_size > 1
 
 
 def init_ray_if_needed(config) -> None:
@@ -52,44 +42,52 @@ def init_ray_if_needed(config) -> None:
     # A cluster started with `ray start` (RAY_ADDRESS set) owns its resources; a private
     # one-node cluster gets at least one CPU slot per rank.
     if not os.environ.get("RAY_ADDRESS") and not is_cuda_available() and config.trainer.nnodes == 1:
-        kwargs["num_cpus"] = max(os.cpu_count() or 1, world_size(config))
+        kwargs["num_cpus"] = max(os.cpu_count() or 1, config.world_size)
     ray.init(**kwargs)
 
 
-def build_worker_groups(config) -> dict:
-    """{'actor_rollout': group, 'critic': group or None, 'rm': group or None}."""
-    from workers.fsdp_workers import ActorRolloutRefWorker, CriticWorker, RewardModelWorker
+def _worker_specs(config) -> dict:
+    """{group name: (worker class, constructor args, constructor kwargs)} for this run."""
+    from workers.actor_rollout_ref_worker import ActorRolloutRefWorker
+    from workers.critic_worker import CriticWorker
+    from workers.reward_model_worker import RewardModelWorker
 
-    role = "actor_rollout_ref" if use_reference_policy(config) else "actor_rollout"
+    arr = config.actor_rollout_ref
+    role = Role.ACTOR_ROLLOUT_REF if config.use_reference_policy else Role.ACTOR_ROLLOUT
+    specs = {"actor_rollout": (ActorRolloutRefWorker, (arr,), {"role": role})}
+    if config.use_critic:
+        # The critic's mini-batches count prompts, as the actor's do: it needs n.
+        specs["critic"] = (CriticWorker, (config.critic,), {"rollout_n": arr.rollout.n})
+    if config.reward_model.enable:
+        specs["rm"] = (RewardModelWorker, (config.reward_model,), {})
+    return specs
+
+
+def build_worker_groups(config) -> dict:
+    """{'actor_rollout': group, 'critic': group or None, 'rm': group or None} (and 'pool' on Ray)."""
+    specs = _worker_specs(config)
     groups = {"critic": None, "rm": None}
-    with_critic = use_critic(config)
-    with_rm = bool(config.reward_model.enable)
     if not wants_ray(config):
-        groups["actor_rollout"] = LocalWorkerGroup(ActorRolloutRefWorker, config.actor_rollout_ref, role=role, name="actor_rollout")
-        if with_critic:
-            groups["critic"] = LocalWorkerGroup(CriticWorker, config.critic, name="critic")
-        if with_rm:
-            groups["rm"] = LocalWorkerGroup(RewardModelWorker, config.reward_model, name="rm")
+        for name, (cls, args, kwargs) in specs.items():
+            groups[name] = LocalWorkerGroup(cls, *args, name=name, **kwargs)
         return groups
 
     from hybrid.controller.ray_worker_group import RayResourcePool, RayWorkerGroup
 
     init_ray_if_needed(config)
     gpu = is_cuda_available()
-    slots = int(config.trainer.n_gpus_per_node)
+    slots = config.trainer.n_gpus_per_node
     cpus_per_slot = 1.0 if gpu else max((os.cpu_count() or 1) // slots, 1)
     pool = RayResourcePool(
-        nnodes=int(config.trainer.nnodes),
+        nnodes=config.trainer.nnodes,
         slots_per_node=slots,
         use_gpu=gpu,
         cpus_per_slot=cpus_per_slot,
-        max_colocate_count=1 + int(with_critic) + int(with_rm),
+        max_colocate_count=len(specs),
+        wait_timeout_s=config.trainer.ray_wait_register_center_timeout,
     )
     groups["pool"] = pool
     threads = None if gpu else int(cpus_per_slot)
-    groups["actor_rollout"] = RayWorkerGroup(pool, ActorRolloutRefWorker, config.actor_rollout_ref, role=role, name="actor_rollout", threads_per_rank=threads)
-    if with_critic:
-        groups["critic"] = RayWorkerGroup(pool, CriticWorker, config.critic, name="critic", threads_per_rank=threads)
-    if with_rm:
-        groups["rm"] = RayWorkerGroup(pool, RewardModelWorker, config.reward_model, name="rm", threads_per_rank=threads)
+    for name, (cls, args, kwargs) in specs.items():
+        groups[name] = RayWorkerGroup(pool, cls, *args, name=name, threads_per_rank=threads, **kwargs)
     return groups

@@ -27,26 +27,24 @@ class Dispatch(Enum):
     DP_COMPUTE_PROTO = "dp_compute_proto"  # DataProtos split by rank, outputs concatenated
 
 
-def register(dispatch_mode: Dispatch = Dispatch.ALL_TO_ALL, blocking: bool = True) -> Callable:
+def register(dispatch_mode: Dispatch = Dispatch.ALL_TO_ALL) -> Callable:
     """Mark a worker method with how its group call is dispatched and collected."""
     if not isinstance(dispatch_mode, Dispatch):
         raise TypeError(f"dispatch_mode must be a Dispatch member, got {dispatch_mode!r}")
-    if not isinstance(blocking, bool):
-        raise TypeError(f"blocking must be a bool, got {blocking!r}")
 
     def decorator(func: Callable) -> Callable:
         @functools.wraps(func)
         def inner(*args, **kwargs):
             return func(*args, **kwargs)
 
-        setattr(inner, MAGIC_ATTR, {"dispatch_mode": dispatch_mode, "blocking": blocking})
+        setattr(inner, MAGIC_ATTR, {"dispatch_mode": dispatch_mode})
         return inner
 
     return decorator
 
 
 def get_registration(fn: Any) -> dict | None:
-    """The {"dispatch_mode", "blocking"} a method was registered with, or None."""
+    """The {"dispatch_mode": Dispatch} a method was registered with, or None."""
     attrs = getattr(fn, MAGIC_ATTR, None)
     return dict(attrs) if attrs is not None else None
 

@@ -33,15 +33,15 @@ def main(argv=None) -> None:
 
     import torch
     import torch.distributed as dist
-    from omegaconf import OmegaConf
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from hybrid.config import build_config
     from scripts.model_merger import merge
     from workers.base import Worker
     from workers.checkpoint import FSDPCheckpointer
     from workers.fsdp_utils import build_optimizer
-    from workers.fsdp_workers import _load_hf_model
     from workers.lora import merged_state
+    from workers.model_loading import load_hf_model
 
     if args.model_path is None:
         from hybrid.defaults import default_model_path
@@ -49,13 +49,14 @@ def main(argv=None) -> None:
         args.model_path = default_model_path()
     os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
     Worker()  # joins a one-rank process group, as a local worker group does
-    model_cfg = OmegaConf.create({"path": args.model_path, "lora_rank": args.lora_rank, "lora_alpha": 16, "target_modules": "all-linear"})
+    # The default job's actor sections, for this model and LoRA rank.
+    arr = build_config([f"actor_rollout_ref.model.path={args.model_path}", f"actor_rollout_ref.model.lora_rank={args.lora_rank}"]).actor_rollout_ref
     tokenizer = AutoTokenizer.from_pretrained(args.model_path)
 
     def build():
-        module, hf_config = _load_hf_model(AutoModelForCausalLM, model_cfg, OmegaConf.create({"mixed_precision": "auto"}),
-                                           seed=0, trainable=True, lora=args.lora_rank > 0)
-        optimizer = build_optimizer([p for p in module.parameters() if p.requires_grad], OmegaConf.create({"lr": 1e-5}))
+        module, hf_config = load_hf_model(AutoModelForCausalLM, args.model_path, arr.actor.fsdp_config, seed=0, trainable=True,
+                                          lora_config=arr.model if args.lora_rank > 0 else None)
+        optimizer = build_optimizer([p for p in module.parameters() if p.requires_grad], arr.actor.optim)
         hf_state = (lambda: merged_state(module)) if args.lora_rank > 0 else None
         ckpt = FSDPCheckpointer(module, optimizer, None, hf_config, tokenizer, args.model_path, hf_state_fn=hf_state,
                                 tie_word_embeddings=bool(getattr(hf_config, "tie_word_embeddings", False)))

@@ -44,13 +44,10 @@ def _prompt_batch(config, count: int):
 
 
 def _config(settings: dict):
-    from omegaconf import OmegaConf
+    from hybrid.config import build_config
+    from hybrid.defaults import resolve_default_assets
 
-    from hybrid.config import load_config
-    from hybrid.defaults import register_resolvers
-
-    register_resolvers()
-    config = load_config([
+    config = build_config([
         f"actor_rollout_ref.rollout.n={settings['n']}",
         f"data.max_response_length={settings['tokens']}",
         f"data.val_batch_size={settings['prompts']}",
@@ -58,8 +55,7 @@ def _config(settings: dict):
         "actor_rollout_ref.rollout.free_cache_engine=false",
         "trainer.worker_group=local",
     ])
-    OmegaConf.resolve(config)
-    return config
+    return resolve_default_assets(config)
 
 
 def _engine_kwargs(rollout_cfg, model_path: str) -> dict:
@@ -117,7 +113,8 @@ def run_fused(settings: dict) -> dict:
     group = build_worker_groups(config)["actor_rollout"]
     group.init_model()
     prompts = batch.select(batch_keys=["input_ids", "attention_mask", "position_ids"])
-    group.generate_sequences(prompts)  # warm-up; also the first weight sync
+    group.update_rollout_weights()  # the engine starts with dummy weights
+    group.generate_sequences(prompts)  # warm-up
     times, engine_times, tokens = [], [], 0
     for _ in range(settings["repeats"]):
         start = time.perf_counter()

@@ -5,8 +5,8 @@
 In one process, the fused worker of the default job (SmolLM2-135M, default dtypes) is
 built, then timed:
 
-- `hybrid sync`: `EngineWeightSync.sync(force=True)`: FSDP2 DTensors gathered bucket by
-  bucket (`full_tensor()`), cast to the engine dtype and streamed into the engine's
+- `hybrid sync`: the worker's `update_rollout_weights()`: FSDP2 DTensors gathered bucket
+  by bucket (`full_tensor()`), cast to the engine dtype and streamed into the engine's
   `reload_weights`;
 - `engine reload_weights`: the engine's own `reload_weights` fed the same tensors,
   already gathered and cast (a lower bound on any sync through that API);
@@ -26,65 +26,18 @@ import sys
 import time
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m scripts.bench_weight_sync", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--prompts", type=int, default=8)
-    parser.add_argument("--n", type=int, default=4)
-    parser.add_argument("--tokens", type=int, default=64)
-    args = parser.parse_args(argv)
-    os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
-
+def _step_phases(group, train_dl) -> dict[str, float]:
+    """Seconds of one training step's phases on a real rollout, for scale."""
     import torch
-    from omegaconf import OmegaConf
-    from transformers import AutoTokenizer
 
-    from hybrid.config import load_config
-    from hybrid.defaults import register_resolvers
-    from hybrid.roles import build_worker_groups
-    from hybrid.trainer import build_dataloaders
     from protocol import DataProto
-    from workers.sharding import iter_full_weights
 
-    register_resolvers()
-    config = load_config([
-        f"actor_rollout_ref.rollout.n={args.n}",
-        f"data.max_response_length={args.tokens}",
-        f"data.train_batch_size={args.prompts}",
-        f"actor_rollout_ref.actor.ppo_mini_batch_size={args.prompts}",
-        "actor_rollout_ref.rollout.free_cache_engine=false",
-        "trainer.worker_group=local",
-    ])
-    OmegaConf.resolve(config)
-    tokenizer = AutoTokenizer.from_pretrained(config.actor_rollout_ref.model.path)
-    train_dl, _ = build_dataloaders(config, tokenizer)
-    group = build_worker_groups(config)["actor_rollout"]
-    group.init_model()
-    worker = group.worker
-    sync = worker.weight_sync
-    engine = worker.rollout
-
-    sync_times = []
-    for _ in range(args.repeats):
-        sync_times.append(sync.sync(force=True))
-
-    pairs = list(iter_full_weights(sync.state_fn(), engine.engine_dtype, sync.bucket_bytes, sync.tie_word_embeddings))
-    num_bytes = sum(t.numel() * t.element_size() for _, t in pairs)
-    reload_times = []
-    for _ in range(args.repeats):
-        start = time.perf_counter()
-        engine.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(pairs)})
-        reload_times.append(time.perf_counter() - start)
-    del pairs
-
-    # One training step's phases on a real rollout, for scale.
     batch = DataProto.from_single_dict(next(iter(train_dl)))
     prompts = batch.select(batch_keys=["input_ids", "attention_mask", "position_ids"])
     phases = {}
     start = time.perf_counter()
     rollout = group.generate_sequences(prompts)
     phases["generate"] = time.perf_counter() - start
-    rollout.meta_info["temperature"] = float(config.actor_rollout_ref.rollout.temperature)
     start = time.perf_counter()
     old = group.compute_log_prob(rollout)
     phases["old_log_prob"] = time.perf_counter() - start
@@ -95,11 +48,61 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     group.update_actor(rollout)
     phases["update_actor"] = time.perf_counter() - start
+    return phases
+
+
+def _reload_times(worker, repeats: int) -> tuple[list[float], int]:
+    """The engine's own reload_weights fed tensors already gathered and cast; and their bytes."""
+    from workers.weight_sync import iter_full_weights
+
+    sync, engine = worker.weight_sync, worker.rollout
+    pairs = list(iter_full_weights(sync.state_fn(), engine.engine_dtype, sync.bucket_bytes, sync.tie_word_embeddings))
+    num_bytes = sum(t.numel() * t.element_size() for _, t in pairs)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        engine.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(pairs)})
+        times.append(time.perf_counter() - start)
+    return times, num_bytes
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m scripts.bench_weight_sync", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--prompts", type=int, default=8)
+    parser.add_argument("--n", type=int, default=4)
+    parser.add_argument("--tokens", type=int, default=64)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
+
+    from hybrid.config import build_config
+    from hybrid.defaults import resolve_default_assets
+    from hybrid.roles import build_worker_groups
+    from hybrid.trainer import build_dataloaders
+    from workers.model_loading import load_tokenizer
+
+    config = resolve_default_assets(build_config([
+        f"actor_rollout_ref.rollout.n={args.n}",
+        f"data.max_response_length={args.tokens}",
+        f"data.train_batch_size={args.prompts}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={args.prompts}",
+        "actor_rollout_ref.rollout.free_cache_engine=false",
+        "trainer.worker_group=local",
+    ]))
+    model = config.actor_rollout_ref.model
+    train_dl, _ = build_dataloaders(config, load_tokenizer(model.tokenizer, model.trust_remote_code))
+    group = build_worker_groups(config)["actor_rollout"]
+    group.init_model()
+    worker = group.worker
+    sync_times = [group.update_rollout_weights()[0] for _ in range(args.repeats)]
+    reload_times, num_bytes = _reload_times(worker, args.repeats)
+    phases = _step_phases(group, train_dl)
     step = sum(phases.values())
-    after_update = sync.sync()  # dirty after the update: the sync the next step pays
+    after_update = group.update_rollout_weights()[0]  # the sync the next step pays
 
     best_sync, best_reload = min(sync_times), min(reload_times)
-    print(f"\nweight sync: {config.actor_rollout_ref.model.path}, {num_bytes / 2**20:.0f} MiB in "
+    sync, engine = worker.weight_sync, worker.rollout
+    print(f"\nweight sync: {model.path}, {num_bytes / 2**20:.0f} MiB in "
           f"{str(engine.engine_dtype).removeprefix('torch.')}, bucket {sync.bucket_bytes // 2**20} MiB, "
           f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}, {platform.machine()} with {os.cpu_count()} cores")
     print(f"{'what':<34} {'seconds':>8} {'ratio':>6}")

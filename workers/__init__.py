@@ -1,1 +1,2 @@
-"""What runs on each device: FSDP workers, rollout engines, sharding, checkpoints."""
+"""What runs on each device: the workers (fused actor-rollout-ref, critic, reward model),
+the models they train, rollout engines, the weight sync, checkpoints."""

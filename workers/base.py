@@ -57,10 +57,5 @@ class Worker:
                 timeout=timedelta(seconds=int(os.environ.get("HYBRID_DIST_TIMEOUT_S", "1800"))),
             )
 
-    # Called by the worker group before the first real method, to place rank 0's rendezvous.
-    @staticmethod
-    def get_master_addr_port() -> tuple[str, int]:
-        return node_ip_address(), find_free_port()
-
     def ping(self) -> int:
         return self.rank

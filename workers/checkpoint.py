@@ -29,6 +29,7 @@ import json
 import os
 import random
 import time
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -41,9 +42,11 @@ CONTENTS = ("model", "optimizer", "extra", "hf_model")
 META_FILE = "fsdp_config.json"
 HF_DIR = "huggingface"
 FORMAT_VERSION = 1
-# Test hook: "STEP:SECONDS" makes every rank sleep after writing its model shard when saving
-# that global step, so a test can kill the run while a checkpoint is half written.
-TEST_DELAY_ENV = "HYBRID_CKPT_TEST_DELAY"
+
+# Called with the global step after this rank has written its model shard, before the rest
+# of the checkpoint. None in a run; a crash test installs one that holds the save, so it can
+# kill the process while a checkpoint is half written.
+after_model_shard: Callable[[int], None] | None = None
 
 
 def shard_file(kind: str, world_size: int, rank: int) -> str:
@@ -327,15 +330,6 @@ def set_config_dtype(out_dir: str, dtype: torch.dtype) -> None:
         f.write("\n")
 
 
-def _test_delay(global_step: int) -> None:
-    spec = os.environ.get(TEST_DELAY_ENV)
-    if not spec:
-        return
-    step, seconds = spec.split(":")
-    if int(step) == int(global_step):
-        time.sleep(float(seconds))
-
-
 # ----------------------------------------------------------------------------- one role's checkpointer
 
 
@@ -382,7 +376,8 @@ class FSDPCheckpointer:
         if "model" in contents:
             layout = save_model_shard(self.model, os.path.join(local_path, shard_file("model", W, r)), r, W)
         timing["model"] = time.perf_counter() - start
-        _test_delay(global_step)
+        if after_model_shard is not None:
+            after_model_shard(int(global_step))
         start = time.perf_counter()
         if "optimizer" in contents:
             if self.optimizer is None:
@@ -429,7 +424,7 @@ class FSDPCheckpointer:
 
     @torch.no_grad()
     def _save_hf_weights(self, out_dir: str) -> None:
-        from workers.sharding import iter_full_weights
+        from workers.weight_sync import iter_full_weights
 
         writer = HFShardWriter(out_dir, parse_size("5GB")) if self.rank == 0 else None
         # All ranks walk the same gathers; only rank 0 keeps the full tensors.

@@ -57,10 +57,6 @@ def set_device_for_local_rank(local_rank: int) -> None:
         torch.cuda.set_device(local_rank % torch.cuda.device_count())
 
 
-def device_count() -> int:
-    return torch.cuda.device_count() if is_cuda_available() else 0
-
-
 def supports_bf16() -> bool:
     """bf16 matmuls are fast here: any CUDA GPU with bf16, or a CPU with AVX-512 bf16 / AMX."""
     if is_cuda_available():
@@ -85,11 +81,6 @@ def resolve_dtype_name(name: str) -> str:
 def empty_cache() -> None:
     if is_cuda_available():
         torch.cuda.empty_cache()
-
-
-def synchronize() -> None:
-    if is_cuda_available():
-        torch.cuda.synchronize()
 
 
 def require_cuda(feature: str) -> None:

@@ -1,5 +1,5 @@
 """Building FSDP2-sharded models, optimizers and LR schedules, and moving state on and off
-the device between phases.
+the device between phases (`on_device`, driven by a section's `fsdp_config` switches).
 
 Every model is loaded in fp32 on the CPU (the master weights), sharded with `fully_shard`
 per decoder layer and then at the root, over a 1-D device mesh of all ranks. Mixed
@@ -9,13 +9,15 @@ AVX-512 bf16 or AMX) and reduces gradients in fp32.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
-from torch.distributed.tensor import DTensor
 
-from workers.device import get_device_name, host_device, is_cuda_available, supports_bf16
+from workers.device import empty_cache, get_device_name, host_device, is_cuda_available, supports_bf16
 
 
 def resolve_mixed_precision(mode: str) -> torch.dtype:
@@ -45,41 +47,26 @@ def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     return layers
 
 
-def apply_fsdp2(model: torch.nn.Module, fsdp_config, param_dtype: torch.dtype) -> torch.nn.Module:
+def apply_fsdp2(model: torch.nn.Module, param_dtype: torch.dtype, reshard_after_forward: bool,
+                offload_policy: bool = False) -> torch.nn.Module:
+    """Shard every decoder layer, then the root; `offload_policy` (GPU only) keeps the
+    parameters on the host and lets FSDP2 stream them in."""
     world_size = dist.get_world_size()
     mesh = init_device_mesh(get_device_name(), (world_size,), mesh_dim_names=("fsdp",))
     mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32, cast_forward_inputs=True)
-    offload = None
-    if fsdp_config.get("offload_policy", False) and is_cuda_available():
-        offload = CPUOffloadPolicy(pin_memory=True)
-    kwargs = {"mesh": mesh, "mp_policy": mp, "reshard_after_forward": fsdp_config.get("reshard_after_forward", True)}
-    if offload is not None:
-        kwargs["offload_policy"] = offload
+    kwargs = {"mesh": mesh, "mp_policy": mp, "reshard_after_forward": bool(reshard_after_forward)}
+    if offload_policy and is_cuda_available():
+        kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=True)
     for layer in decoder_layers(model):
         fully_shard(layer, **kwargs)
     fully_shard(model, **kwargs)
     return model
 
 
-def full_state_items(model: torch.nn.Module):
-    """(name, full tensor) for every parameter and buffer, gathered one at a time."""
-    for name, tensor in model.state_dict().items():
-        if isinstance(tensor, DTensor):
-            tensor = tensor.full_tensor()
-        yield name, tensor
-
-
-def load_full_state_dict(model: torch.nn.Module, full_sd: dict[str, torch.Tensor]) -> None:
-    """Copy full tensors into a sharded model: each rank keeps its own shard."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
-
-    set_model_state_dict(model, full_sd, options=StateDictOptions(full_state_dict=True, strict=False))
-
-
 def build_optimizer(params, optim_config) -> torch.optim.Optimizer:
-    betas = tuple(optim_config.get("betas", (0.9, 0.999)))
+    """AdamW from an `optim` section (lr, betas, weight_decay)."""
     return torch.optim.AdamW(
-        params, lr=optim_config.lr, betas=betas, weight_decay=optim_config.get("weight_decay", 0.01)
+        params, lr=optim_config.lr, betas=tuple(optim_config.betas), weight_decay=optim_config.weight_decay
     )
 
 
@@ -89,11 +76,11 @@ def build_lr_scheduler(optimizer, optim_config, total_steps: int):
     from transformers.optimization import get_cosine_with_min_lr_schedule_with_warmup
 
     total_steps = max(int(total_steps), 1)
-    warmup = int(optim_config.get("lr_warmup_steps", -1))
-    if warmup < 0:
-        warmup = int(float(optim_config.get("lr_warmup_steps_ratio", 0.0)) * total_steps)
-    style = optim_config.get("lr_scheduler_type") or optim_config.get("warmup_style", "constant")
-    min_lr_ratio = float(optim_config.get("min_lr_ratio", 0.0) or 0.0)
+    warmup = int(optim_config.lr_warmup_steps)
+    if warmup < 0:  # verl's rule: a negative step count means "use the ratio"
+        warmup = int(float(optim_config.lr_warmup_steps_ratio) * total_steps)
+    style = optim_config.schedule  # verl's lr_scheduler_type, else warmup_style
+    min_lr_ratio = float(optim_config.min_lr_ratio)
     if style == "cosine":
         return get_cosine_with_min_lr_schedule_with_warmup(
             optimizer, num_warmup_steps=warmup, num_training_steps=total_steps, min_lr_rate=min_lr_ratio
@@ -105,12 +92,33 @@ def build_lr_scheduler(optimizer, optim_config, total_steps: int):
     raise ValueError(f"optim.warmup_style / lr_scheduler_type={style!r}: supported are constant, linear, cosine")
 
 
+@contextmanager
+def on_device(module: torch.nn.Module, fsdp_config, optimizer: torch.optim.Optimizer | None = None) -> Iterator[None]:
+    """Hold `module`'s parameters (and `optimizer`'s state, when given) on the device for the
+    block, where the section offloads them between calls (`fsdp_config.param_offload`,
+    `fsdp_config.optimizer_offload`), and put them back on the host afterwards, also when
+    the block raises. Without the switches (and on CPU) nothing moves."""
+    params = bool(fsdp_config.param_offload)
+    optim = optimizer is not None and bool(fsdp_config.optimizer_offload)
+    if params:
+        load_params(module)
+    if optim:
+        load_optimizer(optimizer)
+    try:
+        yield
+    finally:
+        if optim:
+            offload_optimizer(optimizer)
+        if params:
+            offload_params(module)
+
+
 @torch.no_grad()
 def offload_params(model: torch.nn.Module) -> None:
     """Move sharded parameters to host memory between phases (GPU only; a no-op on CPU)."""
     if is_cuda_available():
         model.to(host_device())
-        torch.cuda.empty_cache()
+        empty_cache()
 
 
 @torch.no_grad()
@@ -127,7 +135,7 @@ def offload_optimizer(optimizer: torch.optim.Optimizer) -> None:
         for key, value in state.items():
             if isinstance(value, torch.Tensor):
                 state[key] = value.to(host_device(), non_blocking=True)
-    torch.cuda.empty_cache()
+    empty_cache()
 
 
 @torch.no_grad()

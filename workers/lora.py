@@ -21,25 +21,22 @@ PEFT_PREFIX = "base_model.model."
 ADAPTER = "default"
 
 
-def lora_rank(model_config) -> int:
-    return int(model_config.get("lora_rank", 0) or 0)
-
-
 def _plain(value: Any) -> Any:
-    """OmegaConf lists (target/exclude module lists from the config) as Python lists."""
+    """Config sequences (target/exclude module lists) as the Python lists peft expects."""
     if value is None or isinstance(value, str):
         return value
     return [str(v) for v in value]
 
 
 def build_lora_config(model_config):
+    """peft's LoraConfig from the `actor_rollout_ref.model` section (lora_rank > 0)."""
     from peft import LoraConfig, TaskType
 
     return LoraConfig(
-        r=lora_rank(model_config),
-        lora_alpha=float(model_config.get("lora_alpha", 16)),
-        target_modules=_plain(model_config.get("target_modules", "all-linear")) or "all-linear",
-        exclude_modules=_plain(model_config.get("exclude_modules")),
+        r=int(model_config.lora_rank),
+        lora_alpha=float(model_config.lora_alpha),
+        target_modules=_plain(model_config.target_modules),
+        exclude_modules=_plain(model_config.exclude_modules),
         # No dropout: the merged weights must compute what the trained module computes.
         lora_dropout=0.0,
         bias="none",

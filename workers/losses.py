@@ -3,6 +3,8 @@ from logits, loss aggregation, KL estimators, the policy-loss registry and the v
 
 Everything works on padded ``(batch, response_len)`` tensors with a ``response_mask`` and
 imports only torch and the standard library, because workers must not import the driver.
+A policy loss reads its settings from ``config``, the ``actor_rollout_ref.actor`` section
+(attribute access); the config holds every default, so none is repeated here.
 Names and argument names follow verl's ``verl/trainer/ppo/core_algos.py`` and
 ``verl/utils/torch_functional.py``; ``hybrid.core_algos`` re-exports all of it.
 
@@ -22,7 +24,7 @@ Differences from verl, on purpose:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -42,7 +44,6 @@ __all__ = [
     "POLICY_LOSS_REGISTRY",
     "register_policy_loss",
     "get_policy_loss_fn",
-    "actor_cfg",
     "apply_truncated_is",
     "compute_policy_loss_vanilla",
     "compute_policy_loss_gspo",
@@ -237,40 +238,12 @@ def _kl_forward(logprob: torch.Tensor, ref_logprob: torch.Tensor, kind: str) -> 
 
 # ----------------------------------------------------------------------------- config access
 
-# verl's ActorConfig defaults, used when a key is missing or None.
-_ACTOR_DEFAULTS: dict[str, Any] = {
-    "clip_ratio": 0.2,
-    "clip_ratio_c": 3.0,
-    "tis_imp_ratio_cap": -1.0,
-    "policy_loss.clip_cov_ratio": 0.0002,
-    "policy_loss.clip_cov_lb": 1.0,
-    "policy_loss.clip_cov_ub": 5.0,
-    "policy_loss.kl_cov_ratio": 0.0002,
-    "policy_loss.ppo_kl_coef": 0.1,
-    "policy_loss.sapo_tau_pos": 1.0,
-    "policy_loss.sapo_tau_neg": 1.05,
-}
-
-
-def actor_cfg(config: Any, key: str, default: Any = None) -> Any:
-    """Read a dotted ``key`` from an actor config that is a DictConfig, a dict, or any object
-    with attributes. Missing or None gives ``default``, else verl's default for that key."""
-    if default is None:
-        default = _ACTOR_DEFAULTS.get(key)
-    node = config
-    for part in key.split("."):
-        if node is None:
-            return default
-        node = node.get(part) if isinstance(node, Mapping) else getattr(node, part, None)
-    return default if node is None else node
-
 
 def _clip_range(config: Any) -> tuple[float, float]:
-    """(clip_ratio_low, clip_ratio_high), each falling back to clip_ratio."""
-    clip_ratio = float(actor_cfg(config, "clip_ratio"))
-    low = float(actor_cfg(config, "clip_ratio_low", clip_ratio))
-    high = float(actor_cfg(config, "clip_ratio_high", clip_ratio))
-    return low, high
+    """(clip_ratio_low, clip_ratio_high); a null bound means clip_ratio (verl's rule)."""
+    low = config.clip_ratio_low if config.clip_ratio_low is not None else config.clip_ratio
+    high = config.clip_ratio_high if config.clip_ratio_high is not None else config.clip_ratio
+    return float(low), float(high)
 
 
 # ----------------------------------------------------------------------------- policy losses
@@ -308,7 +281,7 @@ def apply_truncated_is(
     ``pg_losses * min(exp(old_log_prob - rollout_log_probs), cap)`` with the weight detached;
     otherwise ``pg_losses`` unchanged.
     """
-    cap = float(actor_cfg(config, "tis_imp_ratio_cap"))
+    cap = float(config.tis_imp_ratio_cap)
     if rollout_log_probs is None or cap <= 0:
         return pg_losses
     log_w = torch.clamp(old_log_prob - rollout_log_probs, min=-20.0, max=20.0)
@@ -339,7 +312,7 @@ def compute_policy_loss_vanilla(
     ``L2 > L1``; ``pg_clipfrac_lower``: share with ``A < 0`` and ``Lc > -A c``.
     """
     low, high = _clip_range(config)
-    clip_ratio_c = float(actor_cfg(config, "clip_ratio_c"))
+    clip_ratio_c = float(config.clip_ratio_c)
     if clip_ratio_c <= 1.0:
         raise ValueError(f"clip_ratio_c (dual-clip lower bound) must be > 1.0, got {clip_ratio_c}")
     neg_kl = _log_ratio(log_prob, old_log_prob)
@@ -370,9 +343,12 @@ def compute_policy_loss_gspo(
     the token ratios, ``s_i = exp(mean_t(logp - old))``, clipped PPO-style.
 
     Per token the ratio is ``sg[s_i] * pi / sg[pi]`` (value ``s_i``, gradient of the token's
-    log-prob), its log clamped at 10. As in verl the loss is always aggregated
-    ``seq-mean-token-mean`` whatever ``loss_agg_mode`` says, because the objective is defined
-    per sequence. ``pg_clipfrac_lower`` is 0.
+    log-prob), its log clamped at 10. The loss is aggregated ``seq-mean-token-mean`` whatever
+    ``loss_agg_mode`` says, because the objective is defined per sequence: verl 0.6 to 0.9
+    (``compute_policy_loss_gspo``) take ``loss_agg_mode`` and hard-code
+    ``agg_loss(..., loss_agg_mode="seq-mean-token-mean")``, so a verl run with
+    ``actor.loss_agg_mode=token-mean`` and GSPO trains this loss. ``actor.loss_agg_mode`` still
+    aggregates the actor's entropy and KL-loss terms. ``pg_clipfrac_lower`` is 0.
     """
     low, high = _clip_range(config)
     neg_kl = log_prob - old_log_prob
@@ -405,9 +381,9 @@ def compute_policy_loss_clip_cov(
     multiplied by 0. ``pg_clipfrac`` is the share of cut tokens; ``pg_clipfrac_lower`` is 0.
     """
     low, high = _clip_range(config)
-    clip_cov_ratio = float(actor_cfg(config, "policy_loss.clip_cov_ratio"))
-    clip_cov_lb = float(actor_cfg(config, "policy_loss.clip_cov_lb"))
-    clip_cov_ub = float(actor_cfg(config, "policy_loss.clip_cov_ub"))
+    clip_cov_ratio = float(config.policy_loss.clip_cov_ratio)
+    clip_cov_lb = float(config.policy_loss.clip_cov_lb)
+    clip_cov_ub = float(config.policy_loss.clip_cov_ub)
     if clip_cov_ratio <= 0:
         raise ValueError(f"policy_loss.clip_cov_ratio must be > 0, got {clip_cov_ratio}")
     neg_kl = _log_ratio(log_prob, old_log_prob)
@@ -446,8 +422,8 @@ def compute_policy_loss_kl_cov(
 
     ``actor/ppo_kl`` is the masked mean of ``|logp - old|`` (as verl); the clip fractions are 0.
     """
-    kl_cov_ratio = float(actor_cfg(config, "policy_loss.kl_cov_ratio"))
-    ppo_kl_coef = float(actor_cfg(config, "policy_loss.ppo_kl_coef"))
+    kl_cov_ratio = float(config.policy_loss.kl_cov_ratio)
+    ppo_kl_coef = float(config.policy_loss.ppo_kl_coef)
     if kl_cov_ratio <= 0:
         raise ValueError(f"policy_loss.kl_cov_ratio must be > 0, got {kl_cov_ratio}")
     neg_kl = _log_ratio(log_prob, old_log_prob)
@@ -512,8 +488,8 @@ def compute_policy_loss_sapo(
     the loss is always aggregated ``seq-mean-token-mean``. There is no clipping, so both clip
     fractions are 0.
     """
-    tau_pos = float(actor_cfg(config, "policy_loss.sapo_tau_pos"))
-    tau_neg = float(actor_cfg(config, "policy_loss.sapo_tau_neg"))
+    tau_pos = float(config.policy_loss.sapo_tau_pos)
+    tau_neg = float(config.policy_loss.sapo_tau_neg)
     if tau_pos <= 0 or tau_neg <= 0:
         raise ValueError(f"SAPO temperatures must be > 0, got sapo_tau_pos={tau_pos}, sapo_tau_neg={tau_neg}")
     neg_kl = _log_ratio(log_prob, old_log_prob)

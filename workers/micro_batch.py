@@ -1,17 +1,50 @@
 """Splitting a rank's batch into micro-batches, and packing sequences without padding.
 
-`split_by_count` keeps order; `split_by_token_budget` (use_dynamic_bsz) groups samples so
-that each micro-batch holds at most `max_token_len` real tokens and returns the
-permutation needed to put results back in the original order. `pack` / `unpack_*` turn a
-left/right padded batch into one row of concatenated sequences whose position ids restart
-at 0 — transformers then masks attention per sequence (use_remove_padding).
+`MicroBatching` is what a section says about one forward pass's size (a sample count, or
+a token budget with `use_dynamic_bsz`); `micro_batch_indices` turns it into index lists.
+`split_by_count` keeps order; `split_by_token_budget` groups samples so that each
+micro-batch holds at most `max_token_len` real tokens (callers put results back by index).
+`pack` turns a left/right padded batch into one row of concatenated sequences whose
+position ids restart at 0 — transformers then masks attention per sequence
+(use_remove_padding).
 """
 
 from __future__ import annotations
 
 import heapq
+from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
+
+from workers.device import current_device
+
+
+@dataclass(frozen=True)
+class MicroBatching:
+    """One forward pass's share of a rank's batch, read from a config section.
+
+    `micro_batch_size` (samples) applies unless `use_dynamic_bsz`; then micro-batches are
+    packed up to `max_token_len` real tokens instead.
+    """
+
+    micro_batch_size: int | None
+    use_dynamic_bsz: bool
+    max_token_len: int
+
+
+def micro_batch_indices(attention_mask: torch.Tensor, batching: MicroBatching, world_size: int) -> list[list[int]]:
+    """Index lists of the rows of one rank's batch; with a token budget every rank runs the
+    same number of micro-batches (FSDP2 synchronises inside each forward)."""
+    if not batching.use_dynamic_bsz:
+        return split_by_count(attention_mask.shape[0], batching.micro_batch_size)
+    seq_lens = attention_mask.sum(-1).tolist()
+    groups = split_by_token_budget(seq_lens, batching.max_token_len)
+    if world_size > 1:
+        count = torch.tensor([len(groups)], device=current_device())
+        dist.all_reduce(count, op=dist.ReduceOp.MAX)
+        groups = split_by_token_budget(seq_lens, batching.max_token_len, same_count_as=int(count.item()))
+    return groups
 
 
 def split_by_count(batch_size: int, micro_batch_size: int) -> list[list[int]]:
@@ -67,8 +100,3 @@ def pack(input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: to
     max_len = int(row_lens.max())
     varlen = {"cu_seq_lens_q": cu_seq_lens, "cu_seq_lens_k": cu_seq_lens, "max_length_q": max_len, "max_length_k": max_len}
     return packed_ids, packed_pos, flat_index, varlen
-
-
-def response_positions_padded(seq_len: int, response_len: int) -> slice:
-    """Positions whose logits predict the response tokens in a (prompt|response) row."""
-    return slice(seq_len - response_len - 1, seq_len - 1)

@@ -1,6 +1,7 @@
 """FSDP2 -> rollout engine: gather the trained shards and load them into the engine in place.
 
-Before each generation (when the actor's weights changed since the last sync) every
+The fused worker's `update_rollout_weights` runs a sync (the driver calls it after the
+worker is built or loads a checkpoint, and after every actor update). Every
 parameter's DTensor is cast to the engine's dtype on the shard — halving what crosses the
 wire for bf16 engines — and gathered with `full_tensor()`, bucket by bucket, into a lazy
 iterator the engine consumes while loading; no rank ever holds the whole gathered model
@@ -13,7 +14,6 @@ cast, so the engine samples from exactly what the adapted actor computes.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 
 import torch
@@ -51,10 +51,12 @@ def iter_full_weights(
 
 
 class EngineWeightSync:
-    """Pushes the actor's weights into the rollout engine, only when they changed.
+    """Pushes the actor's weights into the rollout engine.
 
     `state_fn` returns the HF-named state to send (the FSDP model's state dict, or the
-    LoRA-merged one); `mark_dirty()` is called after each optimizer step.
+    LoRA-merged one). `synced` tells whether the engine holds weights sent since it was
+    built (dummy ones before that); the worker clears it when a checkpoint replaces the
+    actor's weights.
     """
 
     def __init__(self, rollout, state_fn: Callable[[], dict[str, torch.Tensor]], bucket_megabytes: int, tie_word_embeddings: bool):
@@ -62,23 +64,13 @@ class EngineWeightSync:
         self.state_fn = state_fn
         self.bucket_bytes = int(bucket_megabytes) * 1024 * 1024
         self.tie_word_embeddings = tie_word_embeddings
-        self.dirty = True
-        self.last_sync_s = 0.0
-        self.num_syncs = 0
-
-    def mark_dirty(self) -> None:
-        self.dirty = True
+        self.synced = False
 
     @torch.no_grad()
-    def sync(self, force: bool = False) -> float:
-        """Gather and load if needed; returns the seconds spent (0 when already in sync)."""
-        if not (self.dirty or force):
-            return 0.0
-        start = time.perf_counter()
+    def sync(self) -> None:
+        """Gather and load the current weights (a collective: every rank calls it). The
+        engine is woken for it and stays awake until it generates."""
         self.rollout.wake_up()
         weights = iter_full_weights(self.state_fn(), self.rollout.engine_dtype, self.bucket_bytes, self.tie_word_embeddings)
         self.rollout.update_weights(weights)
-        self.dirty = False
-        self.num_syncs += 1
-        self.last_sync_s = time.perf_counter() - start
-        return self.last_sync_s
+        self.synced = True

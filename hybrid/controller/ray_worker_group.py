@@ -31,7 +31,7 @@ class WorkerFailedError(RuntimeError):
 
 class RayResourcePool:
     def __init__(self, nnodes: int, slots_per_node: int, use_gpu: bool, cpus_per_slot: float = 1.0,
-                 max_colocate_count: int = 1, name: str = "global_pool"):
+                 max_colocate_count: int = 1, name: str = "global_pool", wait_timeout_s: float = 120.0):
         self.nnodes = int(nnodes)
         self.slots_per_node = int(slots_per_node)
         self.use_gpu = use_gpu
@@ -43,11 +43,14 @@ class RayResourcePool:
             for n in range(self.nnodes)
         ]
         ready = [pg.ready() for pg in self.placement_groups]
-        done, _ = ray.wait(ready, num_returns=len(ready), timeout=120)
+        # verl's trainer.ray_wait_register_center_timeout bounds the same wait: the cluster
+        # coming up with every worker's resources.
+        done, _ = ray.wait(ready, num_returns=len(ready), timeout=wait_timeout_s)
         if len(done) != len(ready):
             raise RuntimeError(
-                f"Ray could not reserve {self.nnodes} node(s) x {self.slots_per_node} slot(s) of {bundle} within 120 s; "
-                f"cluster resources: {ray.cluster_resources()}. Lower trainer.nnodes / trainer.n_gpus_per_node."
+                f"Ray could not reserve {self.nnodes} node(s) x {self.slots_per_node} slot(s) of {bundle} within "
+                f"{wait_timeout_s:g} s (trainer.ray_wait_register_center_timeout); cluster resources: "
+                f"{ray.cluster_resources()}. Lower trainer.nnodes / trainer.n_gpus_per_node, or wait longer."
             )
 
     @property

@@ -16,7 +16,8 @@ PROMPTS = [
 
 
 def engine_config(model_dir: str, *extra: str, n: int = 2, response_length: int = 12):
-    from hybrid.config import load_config
+    """The typed config (HybridConfig) of a tiny-model job; workers get its sections."""
+    from hybrid.config import build_config
 
     overrides = [
         f"actor_rollout_ref.model.path={model_dir}",
@@ -35,7 +36,7 @@ def engine_config(model_dir: str, *extra: str, n: int = 2, response_length: int 
         "actor_rollout_ref.rollout.cpu_kvcache_space_gb=1",
         *extra,
     ]
-    return load_config(overrides)
+    return build_config(overrides)
 
 
 def prompt_batch(tokenizer, texts=PROMPTS, max_len: int = 32) -> DataProto:

@@ -1,8 +1,9 @@
 """Crash safety through the real command line: `python -m hybrid.main_ppo` saving every step
-is killed with SIGKILL while its step-2 checkpoint is half written (the test hook
-HYBRID_CKPT_TEST_DELAY holds every rank after its model shard). The half-written folder
-keeps its temporary name, so a restart with resume_mode=auto resumes from step 1, removes
-the partial folder, and finishes the run with complete checkpoints only."""
+is killed with SIGKILL while its step-2 checkpoint is half written (the child process
+installs `workers.checkpoint.after_model_shard`, which holds every rank after its model
+shard, then runs the command line's module). The half-written folder keeps its temporary
+name, so a restart with resume_mode=auto resumes from step 1, removes the partial folder,
+and finishes the run with complete checkpoints only."""
 
 from __future__ import annotations
 
@@ -21,6 +22,15 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
 WAIT_S = 240
 
+# `python -m hybrid.main_ppo`, with a hook that holds the step-2 save after the model shard.
+HELD_AT_STEP_2 = """
+import runpy, sys, time
+import workers.checkpoint
+workers.checkpoint.after_model_shard = lambda step: time.sleep(600) if step == 2 else None
+sys.argv = ["hybrid.main_ppo", *sys.argv[1:]]
+runpy.run_module("hybrid.main_ppo", run_name="__main__", alter_sys=True)
+"""
+
 
 @pytest.fixture(scope="module")
 def arithmetic_files(tmp_path_factory):
@@ -29,9 +39,10 @@ def arithmetic_files(tmp_path_factory):
     return write_arithmetic_parquet(tmp_path_factory.mktemp("arith"), n_train=32, n_val=8, seed=3)
 
 
-def _command(model_dir, files, root) -> list[str]:
+def _command(model_dir, files, root, held: bool = False) -> list[str]:
+    program = ["-c", HELD_AT_STEP_2] if held else ["-m", "hybrid.main_ppo"]
     return [
-        sys.executable, "-m", "hybrid.main_ppo",
+        sys.executable, *program,
         f"actor_rollout_ref.model.path={model_dir}",
         f"data.train_files={files['train']}",
         f"data.val_files={files['val']}",
@@ -56,8 +67,8 @@ def _command(model_dir, files, root) -> list[str]:
     ]
 
 
-def _env(**extra) -> dict:
-    env = dict(os.environ, TOKENIZERS_PARALLELISM="false", **extra)
+def _env() -> dict:
+    env = dict(os.environ, TOKENIZERS_PARALLELISM="false")
     # In-process worker groups of earlier tests in this pytest process leave their rank and
     # rendezvous port here; the child must pick its own port, not collide with ours.
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
@@ -70,8 +81,8 @@ def test_sigkill_while_saving_resumes_from_previous_checkpoint(tiny_model_dir, a
     root = tmp_path / "run"
     log = open(tmp_path / "first.log", "w")
     proc = subprocess.Popen(
-        _command(tiny_model_dir, arithmetic_files, root), cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-        env=_env(HYBRID_CKPT_TEST_DELAY="2:600"), start_new_session=True,
+        _command(tiny_model_dir, arithmetic_files, root, held=True), cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+        env=_env(), start_new_session=True,
     )
     shard = root / "global_step_2.partial" / "actor" / "model_world_size_1_rank_0.safetensors"
     deadline = time.time() + WAIT_S

@@ -21,16 +21,19 @@ WORLD = 3
 
 
 def _build(model_dir: str, lora: bool):
-    from omegaconf import OmegaConf
     from transformers import AutoModelForCausalLM
 
+    from hybrid.config import build_config
     from workers.fsdp_utils import build_optimizer
-    from workers.fsdp_workers import _load_hf_model
+    from workers.model_loading import load_hf_model
 
-    model_cfg = OmegaConf.create({"path": model_dir, "lora_rank": 8 if lora else 0, "lora_alpha": 16, "target_modules": "all-linear"})
-    fsdp_cfg = OmegaConf.create({"mixed_precision": "fp32"})
-    module, hf_config = _load_hf_model(AutoModelForCausalLM, model_cfg, fsdp_cfg, seed=0, trainable=True, lora=lora)
-    optimizer = build_optimizer([p for p in module.parameters() if p.requires_grad], OmegaConf.create({"lr": 1e-2}))
+    arr = build_config([
+        f"actor_rollout_ref.model.path={model_dir}", f"actor_rollout_ref.model.lora_rank={8 if lora else 0}",
+        "actor_rollout_ref.actor.fsdp_config.mixed_precision=fp32", "actor_rollout_ref.actor.optim.lr=1e-2",
+    ]).actor_rollout_ref
+    module, hf_config = load_hf_model(AutoModelForCausalLM, model_dir, arr.actor.fsdp_config, seed=0, trainable=True,
+                                      lora_config=arr.model if lora else None)
+    optimizer = build_optimizer([p for p in module.parameters() if p.requires_grad], arr.actor.optim)
     return module, optimizer, hf_config
 
 

@@ -1,6 +1,6 @@
-"""The hybrid engine on a tiny random model: after each update the in-process vLLM engine
-samples from exactly the weights the actor trains (engine log-probs equal the actor's),
-and an engine that missed a sync is caught by the same check."""
+"""The hybrid engine on a tiny random model: after each update and `update_rollout_weights`
+the in-process vLLM engine samples from exactly the weights the actor trains (engine
+log-probs equal the actor's), and an engine that missed a sync is caught by the same check."""
 
 from __future__ import annotations
 
@@ -17,11 +17,12 @@ FP32_TOL = 1e-3
 @pytest.fixture(scope="module")
 def fused_group(tiny_model_dir):
     from hybrid.controller.local_worker_group import LocalWorkerGroup
-    from workers.fsdp_workers import ActorRolloutRefWorker
+    from workers.actor_rollout_ref_worker import ActorRolloutRefWorker
 
     cfg = engine_config(tiny_model_dir, "actor_rollout_ref.rollout.temperature=1.0")
     group = LocalWorkerGroup(ActorRolloutRefWorker, cfg.actor_rollout_ref, role="actor_rollout_ref")
     group.init_model()
+    group.update_rollout_weights()  # the engine starts with dummy weights
     return group
 
 
@@ -45,6 +46,8 @@ def test_engine_log_probs_track_actor_through_updates(fused_group, tokenizer):
             assert all(torch.isfinite(torch.tensor(v)) for v in metrics.values()), metrics
             digests.append(group.weights_digest())
             assert digests[-1] != digests[-2], "update_actor did not change the weights"
+            seconds = group.update_rollout_weights()
+            assert len(seconds) == 1 and seconds[0] > 0  # one float per rank
 
 
 def test_stale_engine_is_detected(fused_group, tokenizer):
@@ -52,10 +55,9 @@ def test_stale_engine_is_detected(fused_group, tokenizer):
     group = fused_group
     gen, actor, diff = _engine_vs_actor(group, tokenizer)
     assert diff.mean().item() <= FP32_TOL
-    group.update_actor(with_advantages(gen.union(actor), seed=11))
-    group.worker.weight_sync.dirty = False  # pretend the engine is up to date
+    group.update_actor(with_advantages(gen.union(actor), seed=11))  # and no update_rollout_weights
     _, _, stale_diff = _engine_vs_actor(group, tokenizer)
     assert stale_diff.mean().item() > 10 * FP32_TOL, f"stale engine not detected: {stale_diff.mean():.2e}"
-    group.worker.weight_sync.mark_dirty()
+    group.update_rollout_weights()
     _, _, fresh_diff = _engine_vs_actor(group, tokenizer)
     assert fresh_diff.mean().item() <= FP32_TOL

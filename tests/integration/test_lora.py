@@ -73,7 +73,7 @@ def lora_run(tiny_model_dir, arithmetic_files, tokenizer, tmp_path_factory):
         batch = synthetic_rollout(tokenizer)
         ref = wg.compute_ref_log_prob(batch).batch["ref_log_prob"]
         actor = wg.compute_log_prob(batch).batch["old_log_probs"]
-        # One more generation: the update of step 2 is synced (merged) into the engine first.
+        # One more generation: the trainer synced step 2's update (merged) into the engine after it.
         gen = wg.generate_sequences(prompt_batch(tokenizer))
         engine = gen.batch["rollout_log_probs"]
         mask = gen.batch["response_mask"].bool()

@@ -31,7 +31,7 @@ def _rm_dir(out_dir, tokenizer, chat_template: str | None = None) -> str:
 
 def _scores(cfg):
     from hybrid.controller.local_worker_group import LocalWorkerGroup
-    from workers.fsdp_workers import RewardModelWorker
+    from workers.reward_model_worker import RewardModelWorker
 
     group = LocalWorkerGroup(RewardModelWorker, cfg.reward_model, name="rm")
     group.init_model()

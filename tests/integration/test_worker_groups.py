@@ -20,7 +20,7 @@ TOL = 1e-5
 
 
 def _actor_group(cfg, ray_ranks: int | None):
-    from workers.fsdp_workers import ActorRolloutRefWorker
+    from workers.actor_rollout_ref_worker import ActorRolloutRefWorker
 
     if ray_ranks is None:
         from hybrid.controller.local_worker_group import LocalWorkerGroup

@@ -44,7 +44,7 @@ class Worker:
         """Doubles x."""
         return DataProto.from_dict(tensors={"doubled": data.batch["x"] * 2})
 
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL, blocking=False)
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self):
         return self.rank
 
@@ -53,8 +53,8 @@ class Worker:
 
 
 def test_register_stores_mode_and_keeps_the_method():
-    assert get_registration(Worker.double) == {"dispatch_mode": Dispatch.DP_COMPUTE_PROTO, "blocking": True}
-    assert get_registration(Worker.init_model) == {"dispatch_mode": Dispatch.ONE_TO_ALL, "blocking": False}
+    assert get_registration(Worker.double) == {"dispatch_mode": Dispatch.DP_COMPUTE_PROTO}
+    assert get_registration(Worker.init_model) == {"dispatch_mode": Dispatch.ONE_TO_ALL}
     assert getattr(Worker.double, MAGIC_ATTR)["dispatch_mode"] is Dispatch.DP_COMPUTE_PROTO
     assert get_registration(Worker.helper) is None
     assert Worker.double.__name__ == "double" and Worker.double.__doc__ == "Doubles x."
@@ -69,7 +69,7 @@ def test_register_default_and_bad_mode():
     def fn():
         return 1
 
-    assert get_registration(fn) == {"dispatch_mode": Dispatch.ALL_TO_ALL, "blocking": True}
+    assert get_registration(fn) == {"dispatch_mode": Dispatch.ALL_TO_ALL}
     with pytest.raises(TypeError, match="dispatch_mode must be a Dispatch member, got 'dp'"):
         register(dispatch_mode="dp")
 

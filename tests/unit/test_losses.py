@@ -4,13 +4,14 @@ python loops written here, including padded masks and the gradient each loss mus
 from __future__ import annotations
 
 import ast
+import dataclasses
+import functools
 import math
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 import workers.losses as L
 
@@ -195,19 +196,30 @@ def test_kl_unknown_kind_lists_kinds():
 # ----------------------------------------------------------------------------- config access
 
 
-def test_actor_cfg_reads_dict_dictconfig_attributes_and_defaults():
-    plain = {"clip_ratio": 0.3, "clip_ratio_low": None, "policy_loss": {"sapo_tau_neg": 2.0}}
-    dc = OmegaConf.create(plain)
-    OmegaConf.set_struct(dc, True)  # struct mode: missing keys must still fall back
-    ns = SimpleNamespace(clip_ratio=0.3, clip_ratio_low=None, policy_loss=SimpleNamespace(sapo_tau_neg=2.0))
-    for cfg in (plain, dc, ns):
-        assert L.actor_cfg(cfg, "clip_ratio") == 0.3
-        assert L.actor_cfg(cfg, "clip_ratio_low", 0.3) == 0.3  # None -> the given default
-        assert L.actor_cfg(cfg, "policy_loss.sapo_tau_neg") == 2.0
-        assert L.actor_cfg(cfg, "policy_loss.sapo_tau_pos") == 1.0  # verl default
-        assert L.actor_cfg(cfg, "clip_ratio_c") == 3.0
-    assert L.actor_cfg(None, "policy_loss.kl_cov_ratio") == 0.0002
-    assert L._clip_range({"clip_ratio": 0.1, "clip_ratio_high": 0.3}) == (0.1, 0.3)
+@functools.lru_cache(maxsize=1)
+def _default_actor_section():
+    from hybrid.config import build_config
+
+    return build_config().actor_rollout_ref.actor
+
+
+def actor_section(policy_loss: dict | None = None, **keys):
+    """The default `actor_rollout_ref.actor` section (ppo_trainer.yaml), as the worker passes
+    it to the losses, with `keys` (and `policy_loss` keys) replaced."""
+    section = _default_actor_section()
+    if policy_loss:
+        keys["policy_loss"] = dataclasses.replace(section.policy_loss, **policy_loss)
+    return dataclasses.replace(section, **keys)
+
+
+def test_losses_read_the_section_and_hold_no_defaults_of_their_own():
+    assert not hasattr(L, "_ACTOR_DEFAULTS")
+    assert L._clip_range(actor_section(clip_ratio=0.1, clip_ratio_high=0.3)) == (0.2, 0.3)  # yaml's low
+    assert L._clip_range(actor_section(clip_ratio=0.1, clip_ratio_low=None, clip_ratio_high=0.3)) == (0.1, 0.3)
+    old, logp = _ratio_case([[LN(1.5)]])
+    lacking = SimpleNamespace(clip_ratio=0.2, clip_ratio_low=0.2, clip_ratio_high=0.2)  # no clip_ratio_c
+    with pytest.raises(AttributeError, match="clip_ratio_c"):
+        L.compute_policy_loss_vanilla(old, logp, t([[1.0]]), t([[1]]), config=lacking)
 
 
 # ----------------------------------------------------------------------------- policy losses
@@ -229,7 +241,8 @@ def _ratio_case(log_ratios, logp=None):
 VANILLA_LR = [[LN(1.5), LN(0.5), LN(0.5), 30.0], [LN(5.0), LN(1.1), -30.0, 0.0]]
 VANILLA_ADV = [[1.0, 1.0, -1.0, 100.0], [-1.0, -2.0, 100.0, 100.0]]
 VANILLA_MASK = [[1, 1, 1, 0], [1, 1, 0, 0]]
-CFG = {"clip_ratio": 0.2, "clip_ratio_low": 0.2, "clip_ratio_high": 0.28, "clip_ratio_c": 3.0}
+CLIP = {"clip_ratio": 0.2, "clip_ratio_low": 0.2, "clip_ratio_high": 0.28, "clip_ratio_c": 3.0}
+CFG = actor_section(**CLIP)
 
 
 def test_vanilla_ppo_dual_clip_by_hand():
@@ -249,14 +262,17 @@ def test_vanilla_ppo_dual_clip_by_hand():
 def test_vanilla_clip_range_falls_back_to_clip_ratio_in_every_config_form():
     old, logp = _ratio_case([[LN(1.5)]])
     for cfg in (
-        {"clip_ratio": 0.1},
-        OmegaConf.create({"clip_ratio": 0.1, "clip_ratio_low": None, "clip_ratio_high": None}),
-        SimpleNamespace(clip_ratio=0.1, clip_ratio_low=None, clip_ratio_high=None, clip_ratio_c=3.0),
+        actor_section(clip_ratio=0.1, clip_ratio_low=None, clip_ratio_high=None),
+        SimpleNamespace(clip_ratio=0.1, clip_ratio_low=None, clip_ratio_high=None, clip_ratio_c=3.0, tis_imp_ratio_cap=-1),
     ):
         loss, _ = L.compute_policy_loss_vanilla(old, logp, t([[1.0]]), t([[1]]), config=cfg)
         close(loss, -1.1)  # clipped at 1 + 0.1
     with pytest.raises(ValueError, match="clip_ratio_c"):
-        L.compute_policy_loss_vanilla(old, logp, t([[1.0]]), t([[1]]), config={"clip_ratio_c": 1.0})
+        L.compute_policy_loss_vanilla(old, logp, t([[1.0]]), t([[1]]), config=actor_section(clip_ratio_c=1.0))
+
+
+# The actor section as GSPO reads it (attribute access, as the config reaches the losses).
+GSPO_CFG = SimpleNamespace(clip_ratio=0.2, clip_ratio_low=0.2, clip_ratio_high=0.28, clip_ratio_c=3.0, tis_imp_ratio_cap=-1)
 
 
 def test_gspo_sequence_ratio_by_hand_and_ignores_agg_mode():
@@ -267,13 +283,32 @@ def test_gspo_sequence_ratio_by_hand_and_ignores_agg_mode():
     old, logp = _ratio_case([[LN(1.44), 0.0, 40.0], [LN(0.9)] * 3, [LN(2), 0.0, -40.0]])
     adv = t([[1.0, 1.0, 1.0], [-1.0, -1.0, -1.0], [1.0, 1.0, 1.0]])
     mask = t([[1, 1, 0], [1, 1, 1], [1, 1, 0]])
-    loss, m = L.compute_policy_loss_gspo(old, logp, adv, mask, "token-mean", CFG)
+    loss, m = L.compute_policy_loss_gspo(old, logp, adv, mask, "token-mean", GSPO_CFG)
     close(loss, (-1.2 + 0.9 - 1.28) / 3)  # seq-mean-token-mean regardless of the mode passed
     close(m["actor/pg_clipfrac"], 2 / 7)
     close(m["actor/pg_clipfrac_lower"], 0.0)
     (grad,) = torch.autograd.grad(loss, logp)
     # unclipped: d(-A * sg[s] * pi/sg[pi])/dlogp = -A s, / tokens of the row / 3 sequences
     close(grad, [[-1.2 / 6, -1.2 / 6, 0.0], [0.1, 0.1, 0.1], [0.0, 0.0, 0.0]])
+
+
+@pytest.mark.parametrize("mode", ["seq-mean-token-sum", "seq-mean-token-sum-norm", "seq-mean-token-mean"])
+def test_gspo_aggregates_seq_mean_token_mean_for_every_agg_mode_as_verl_0_9(mode):
+    # verl 0.9's compute_policy_loss_gspo calls agg_loss(..., loss_agg_mode="seq-mean-token-mean")
+    # whatever actor.loss_agg_mode is. Unclipped rows of 2 and 3 tokens:
+    #   row 0: log-ratios [ln1.1, ln1.1] -> s = 1.1, A = [1, 1]    -> losses [-1.1, -1.1]
+    #   row 1: log-ratios [0, 0, 0]      -> s = 1,   A = [1, 2, 3] -> losses [-1, -2, -3]
+    # seq-mean-token-mean: (-1.1 + -2) / 2 = -1.55. For comparison, the other modes would give
+    # token-mean -8.2 / 5 = -1.64, seq-mean-token-sum (-2.2 - 6) / 2 = -4.1, -norm that / 3.
+    old, logp = _ratio_case([[LN(1.1), LN(1.1), 30.0], [0.0, 0.0, 0.0]])
+    adv = t([[1.0, 1.0, 50.0], [1.0, 2.0, 3.0]])
+    mask = t([[1, 1, 0], [1, 1, 1]])
+    loss, m = L.compute_policy_loss_gspo(old, logp, adv, mask, mode, GSPO_CFG)
+    close(loss, -1.55)
+    close(m["actor/pg_clipfrac"], 0.0)
+    (grad,) = torch.autograd.grad(loss, logp)
+    # d(-A sg[s] pi / sg[pi]) / dlogp = -A s per token, / the row's tokens / 2 rows
+    close(grad, [[-1.1 / 4, -1.1 / 4, 0.0], [-1 / 6, -2 / 6, -3 / 6]])
 
 
 def _slow_cov(adv, logp, mask):
@@ -299,7 +334,7 @@ def test_clip_cov_cuts_the_single_token_in_the_covariance_window():
     cov = _slow_cov(COV_ADV, COV_LOGP, COV_MASK)
     inside = sorted(cov, key=cov.get)[-1]  # the largest covariance; put only it in the window
     lb = sorted(cov.values())[-2] + 1e-3
-    cfg = {**CFG, "policy_loss": {"clip_cov_ratio": 0.2, "clip_cov_lb": lb, "clip_cov_ub": cov[inside] + 1.0}}
+    cfg = actor_section(policy_loss={"clip_cov_ratio": 0.2, "clip_cov_lb": lb, "clip_cov_ub": cov[inside] + 1.0}, **CLIP)
     old, logp = _ratio_case(COV_LR, COV_LOGP)
     loss, m = L.compute_policy_loss_clip_cov(old, logp, t(COV_ADV), t(COV_MASK), "token-mean", cfg)
     cells = _unclipped_loss_cells(COV_ADV, COV_MASK)
@@ -313,7 +348,7 @@ def test_clip_cov_never_picks_a_token_ppo_already_clipped():
     cov = _slow_cov(COV_ADV, COV_LOGP, COV_MASK)
     top = sorted(cov, key=cov.get)[-1]  # (0, 0), A=+2: give it ratio 1.5 so PPO clips it at 1.28
     lb = sorted(cov.values())[-2] + 1e-3
-    cfg = {**CFG, "policy_loss": {"clip_cov_ratio": 0.2, "clip_cov_lb": lb, "clip_cov_ub": cov[top] + 1.0}}
+    cfg = actor_section(policy_loss={"clip_cov_ratio": 0.2, "clip_cov_lb": lb, "clip_cov_ub": cov[top] + 1.0}, **CLIP)
     lr = [row[:] for row in COV_LR]
     lr[top[0]][top[1]] = LN(1.5)
     old, logp = _ratio_case(lr, COV_LOGP)
@@ -325,7 +360,7 @@ def test_clip_cov_never_picks_a_token_ppo_already_clipped():
 
 
 def test_clip_cov_draws_at_most_clip_num_of_the_candidates():
-    cfg = {**CFG, "policy_loss": {"clip_cov_ratio": 0.2, "clip_cov_lb": -100.0, "clip_cov_ub": 100.0}}
+    cfg = actor_section(policy_loss={"clip_cov_ratio": 0.2, "clip_cov_lb": -100.0, "clip_cov_ub": 100.0}, **CLIP)
     old, logp = _ratio_case(COV_LR, COV_LOGP)
     cells = _unclipped_loss_cells(COV_ADV, COV_MASK)
     possible = [sum(v for k, v in cells.items() if k != cut) / 5 for cut in cells]
@@ -339,7 +374,7 @@ def test_clip_cov_draws_at_most_clip_num_of_the_candidates():
 def test_kl_cov_penalises_the_top_covariance_tokens():
     cov = _slow_cov(COV_ADV, COV_LOGP, COV_MASK)
     top2 = sorted(cov, key=cov.get)[-2:]  # int(5 * 0.4) = 2 tokens
-    cfg = {"policy_loss": {"kl_cov_ratio": 0.4, "ppo_kl_coef": 0.5}}
+    cfg = actor_section(policy_loss={"kl_cov_ratio": 0.4, "ppo_kl_coef": 0.5})
     old, logp = _ratio_case(COV_LR, COV_LOGP)
     loss, m = L.compute_policy_loss_kl_cov(old, logp, t(COV_ADV), t(COV_MASK), "token-mean", cfg)
     cells = _unclipped_loss_cells(COV_ADV, COV_MASK)
@@ -347,7 +382,7 @@ def test_kl_cov_penalises_the_top_covariance_tokens():
     close(loss, expected)
     close(m["actor/ppo_kl"], sum(abs(COV_LR[i][j]) for i, j in cells) / 5)
     with pytest.raises(ValueError, match="kl_cov_ratio"):
-        L.compute_policy_loss_kl_cov(old, logp, t(COV_ADV), t(COV_MASK), config={"policy_loss": {"kl_cov_ratio": 0}})
+        L.compute_policy_loss_kl_cov(old, logp, t(COV_ADV), t(COV_MASK), config=actor_section(policy_loss={"kl_cov_ratio": 0}))
 
 
 def test_cispo_by_hand():
@@ -366,7 +401,7 @@ def test_sapo_by_hand_and_on_policy_gradient_equals_vanilla():
     # A=-1, r=2, tau_neg=1.05:   f = (4/1.05) sigmoid(1.05) = 3.809524 * 0.740775 = 2.8220 -> loss +2.8220
     old, logp = _ratio_case([[0.0, LN(2.0), 5.0], [0.0, 0.0, 0.0]])
     adv, mask = t([[1.0, -1.0, 3.0], [-2.0, 0.5, 1.0]]), t([[1, 1, 0], [1, 1, 1]])
-    cfg = {"policy_loss": {"sapo_tau_pos": 1.0, "sapo_tau_neg": 1.05}}
+    cfg = actor_section(policy_loss={"sapo_tau_pos": 1.0, "sapo_tau_neg": 1.05})
     loss, m = L.compute_policy_loss_sapo(old, logp, adv, mask, "token-mean", cfg)
     f_neg = (4 / 1.05) / (1 + math.exp(-1.05))
     row1 = (-(4 / 1.05) * 0.5 * -2.0 - 4 * 0.5 * 0.5 - 4 * 0.5 * 1.0) / 3
@@ -376,12 +411,12 @@ def test_sapo_by_hand_and_on_policy_gradient_equals_vanilla():
     # f'(1) = 4 sigmoid'(0) = 1 whatever tau: on-policy the gradient is -A, like plain PG
     close(grad[1], t([2.0, -0.5, -1.0]) / 3 / 2)
     with pytest.raises(ValueError, match="sapo_tau_pos"):
-        L.compute_policy_loss_sapo(old, logp, adv, mask, config={"policy_loss": {"sapo_tau_pos": 0.0}})
+        L.compute_policy_loss_sapo(old, logp, adv, mask, config=actor_section(policy_loss={"sapo_tau_pos": 0.0}))
 
 
 def test_gpg_by_hand():
     old, logp = _ratio_case([[0.3, 0.0, 0.0]], [[-1.0, -2.0, -8.0]])
-    loss, m = L.compute_policy_loss_gpg(old, logp, t([[2.0, -1.0, 5.0]]), t([[1, 1, 0]]), "token-mean", None)
+    loss, m = L.compute_policy_loss_gpg(old, logp, t([[2.0, -1.0, 5.0]]), t([[1, 1, 0]]), "token-mean", actor_section())
     close(loss, (2.0 + -2.0) / 2)  # -(-1 * 2) + -(-2 * -1) = 2 - 2
     close(m["actor/ppo_kl"], -0.3 / 2)
     (grad,) = torch.autograd.grad(loss, logp)
@@ -389,7 +424,7 @@ def test_gpg_by_hand():
 
 
 # Every registered loss with a deterministic config: clip_cov's window holds no token.
-ALL_LOSS_CFG = {**CFG, "policy_loss": {"clip_cov_lb": 1e6, "clip_cov_ub": 2e6}}
+ALL_LOSS_CFG = actor_section(policy_loss={"clip_cov_lb": 1e6, "clip_cov_ub": 2e6}, **CLIP)
 
 
 @pytest.mark.parametrize("name", sorted(L.POLICY_LOSS_REGISTRY))
@@ -400,12 +435,12 @@ def test_truncated_is_scales_every_loss_by_the_capped_detached_weight(name):
     plain, _ = fn(old, logp, adv, mask, "token-mean", ALL_LOSS_CFG)
     # exp(old - rollout) = 2 everywhere (under the cap of 5): every aggregation is linear -> loss x2
     rollout = (old - LN(2)).requires_grad_()
-    cfg = {**ALL_LOSS_CFG, "tis_imp_ratio_cap": 5.0}
+    cfg = dataclasses.replace(ALL_LOSS_CFG, tis_imp_ratio_cap=5.0)
     weighted, metrics = fn(old, logp, adv, mask, "token-mean", cfg, rollout_log_probs=rollout)
     close(weighted, 2 * plain)
     assert torch.autograd.grad(weighted, rollout, allow_unused=True)[0] is None  # detached weight
     # a cap of 1.5 truncates the weight of 2
-    capped, _ = fn(old, logp, adv, mask, "token-mean", {**cfg, "tis_imp_ratio_cap": 1.5}, rollout_log_probs=rollout)
+    capped, _ = fn(old, logp, adv, mask, "token-mean", dataclasses.replace(cfg, tis_imp_ratio_cap=1.5), rollout_log_probs=rollout)
     close(capped, 1.5 * plain)
     # cap <= 0 or no rollout log-probs: untouched
     close(fn(old, logp, adv, mask, "token-mean", ALL_LOSS_CFG, rollout_log_probs=rollout)[0], plain)
@@ -418,7 +453,7 @@ def test_truncated_is_per_token_weights():
     pg = t([[1.0, 1.0, 1.0]])
     old = t([[0.0, 0.0, 0.0]])
     rollout = t([[-LN(2), LN(2), -LN(10)]])  # weights 2, 0.5, 10 -> capped at 3
-    close(L.apply_truncated_is(pg, old, rollout, {"tis_imp_ratio_cap": 3}), [[2.0, 0.5, 3.0]])
+    close(L.apply_truncated_is(pg, old, rollout, actor_section(tis_imp_ratio_cap=3.0)), [[2.0, 0.5, 3.0]])
 
 
 def test_policy_loss_registry():

@@ -1,0 +1,255 @@
+"""The fused worker of the hybrid engine, one per device slot.
+
+It holds, in one process, what its `Role` names: the FSDP2 actor (training), the rollout
+engine (vLLM in process, or transformers' generate) and the frozen reference policy. The
+engine is built with dummy weights; `update_rollout_weights` gathers the actor's shards and
+loads them into it in memory (workers/weight_sync.py). That call is the driver's: after the
+worker is built or has loaded a checkpoint, and after every `update_actor`.
+`generate_sequences` samples from whatever the engine holds and refuses to run before the
+engine has received the actor's weights.
+
+Every public method declares how a worker group splits its input (`@register`); the
+DataProto ones take and return a DataProto. Parameters and optimizer state are on the device
+only inside a call when the `fsdp_config` offload switches are set (workers/fsdp_utils.on_device).
+"""
+
+from __future__ import annotations
+
+import time
+
+from protocol.data_proto import DataProto
+from protocol.dispatch import Dispatch, register
+from workers.actor import DataParallelPPOActor
+from workers.base import Worker
+from workers.checkpoint import FSDPCheckpointer
+from workers.fsdp_utils import build_lr_scheduler, build_optimizer, offload_params, on_device
+from workers.lora import is_peft_model, merged_state
+from workers.micro_batch import MicroBatching
+from workers.model_loading import load_hf_model, load_tokenizer
+from workers.optimizer_step import mini_batch_samples_per_rank
+from workers.roles import Role
+from workers.weight_sync import EngineWeightSync
+
+
+def log_prob_batching(section) -> MicroBatching:
+    """A log-prob pass's micro-batches, from the `rollout` or `ref` section."""
+    return MicroBatching(
+        section.log_prob_micro_batch_size_per_gpu, section.log_prob_use_dynamic_bsz, section.log_prob_max_token_len_per_gpu
+    )
+
+
+class ActorRolloutRefWorker(Worker):
+    """config: the `actor_rollout_ref` section of the trainer config; role: a `Role` (or its value)."""
+
+    def __init__(self, config, role: Role | str):
+        super().__init__()
+        self.config = config
+        self.role = Role.parse(role)
+        self.actor = self.ref = self.rollout = self.weight_sync = self.checkpointer = None
+        self.actor_module = None
+        # LoRA: the reference policy is the actor's own module with its adapters disabled.
+        self.is_lora = config.model.lora_rank > 0
+        self.ref_in_actor = False
+
+    # ------------------------------------------------------------------ building
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self):
+        model = self.config.model
+        self.tokenizer = load_tokenizer(model.tokenizer, model.trust_remote_code)
+        if self.role.has_actor or self.role.has_rollout:
+            self._build_policy()
+        if self.role.has_ref:
+            self._build_ref()
+        if self.role.has_rollout:
+            self._build_rollout()
+        if self.role.has_actor:
+            self._build_checkpointer()
+        # Built on the device; between calls the parameters live where the switches say.
+        if self.actor_module is not None and self.config.actor.fsdp_config.param_offload:
+            offload_params(self.actor_module)
+        if self.ref is not None and not self.ref_in_actor and self.config.ref.fsdp_config.param_offload:
+            offload_params(self.ref.module)
+        return True
+
+    def _load_causal_lm(self, fsdp_config, trainable: bool, offload_policy: bool = False):
+        from transformers import AutoModelForCausalLM
+
+        model = self.config.model
+        return load_hf_model(
+            AutoModelForCausalLM, model.path, fsdp_config, seed=self.config.rollout.seed, trainable=trainable,
+            trust_remote_code=model.trust_remote_code, override_config=model.override_config,
+            gradient_checkpointing=model.enable_gradient_checkpointing, use_liger=model.use_liger,
+            lora_config=model if (self.is_lora and trainable) else None, offload_policy=offload_policy,
+        )
+
+    def _build_policy(self):
+        """The policy's FSDP module: trained (optimizer, LR schedule) with the actor role, a
+        frozen copy that only feeds the engine with the rollout role alone."""
+        actor = self.config.actor
+        trainable = self.role.has_actor
+        self.actor_module, self.hf_config = self._load_causal_lm(actor.fsdp_config, trainable, actor.fsdp_config.offload_policy)
+        optimizer = scheduler = None
+        if trainable:
+            # Only what trains: under LoRA the frozen base weights get no optimizer state.
+            optimizer = build_optimizer([p for p in self.actor_module.parameters() if p.requires_grad], actor.optim)
+            scheduler = build_lr_scheduler(optimizer, actor.optim, actor.optim.total_training_steps)
+        self.actor = DataParallelPPOActor(self.actor_module, self.config.model.use_remove_padding, actor, optimizer, scheduler)
+
+    def _build_ref(self):
+        use_remove_padding = self.config.model.use_remove_padding
+        if self.is_lora and self.role.has_actor:
+            self.ref_in_actor = True
+            self.ref = DataParallelPPOActor(self.actor_module, use_remove_padding)
+        else:
+            ref_module, self.hf_config = self._load_causal_lm(self.config.ref.fsdp_config, trainable=False)
+            self.ref = DataParallelPPOActor(ref_module, use_remove_padding)
+
+    def _build_rollout(self):
+        cfg = self.config.rollout
+        name = cfg.name
+        if name == "vllm":
+            from workers.rollout.vllm_rollout import VLLMRollout as engine_cls
+        elif name == "hf":
+            from workers.rollout.hf_rollout import HFRollout as engine_cls
+        else:
+            raise ValueError(f"actor_rollout_ref.rollout.name={name!r} is not supported; supported: vllm, hf")
+        self.rollout = engine_cls(self.config.model, cfg, self.tokenizer, self.hf_config)
+        tie = bool(getattr(self.hf_config, "tie_word_embeddings", False))
+        self.weight_sync = EngineWeightSync(self.rollout, self._hf_state, cfg.update_weights_bucket_megabytes, tie)
+
+    def _build_checkpointer(self):
+        model = self.config.model
+        self.checkpointer = FSDPCheckpointer(
+            self.actor_module, self.actor.optimizer, self.actor.lr_scheduler, self.hf_config, self.tokenizer,
+            model.path, hf_state_fn=self._hf_state, extra_state_fn=self._extra_state,
+            load_extra_fn=self._load_extra_state, tie_word_embeddings=bool(getattr(self.hf_config, "tie_word_embeddings", False)),
+        )
+
+    def _hf_state(self):
+        """The actor's state under Hugging Face names: LoRA adapters merged into the base."""
+        return merged_state(self.actor_module) if is_peft_model(self.actor_module) else self.actor_module.state_dict()
+
+    def _extra_state(self) -> dict:
+        state_dict = getattr(self.rollout, "state_dict", None)
+        return {"rollout": state_dict()} if state_dict is not None else {}
+
+    def _load_extra_state(self, state: dict) -> None:
+        if "rollout" in state and hasattr(self.rollout, "load_state_dict"):
+            self.rollout.load_state_dict(state["rollout"])
+
+    def _actor_on_device(self, optimizer: bool = False):
+        optim = self.actor.optimizer if optimizer else None
+        return on_device(self.actor_module, self.config.actor.fsdp_config, optim)
+
+    def _ref_on_device(self):
+        if self.ref_in_actor:
+            return self._actor_on_device()
+        return on_device(self.ref.module, self.config.ref.fsdp_config)
+
+    def _require(self, what, method: str, role: str):
+        if what is None:
+            raise RuntimeError(f"{method} needs the {role} role; this worker's role is {self.role.value!r}")
+
+    # ------------------------------------------------------------------ rollout
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def update_rollout_weights(self) -> float:
+        """Load the actor's current weights into the rollout engine, in memory (a collective:
+        every rank takes part). Returns this rank's seconds; the group call returns a list
+        with one float per rank. The engine stays awake until its next generation."""
+        self._require(self.weight_sync, "update_rollout_weights", "rollout")
+        start = time.perf_counter()
+        with self._actor_on_device():
+            self.weight_sync.sync()
+        return time.perf_counter() - start
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        self._require(self.rollout, "generate_sequences", "rollout")
+        if not self.weight_sync.synced:
+            raise RuntimeError(
+                "generate_sequences: the rollout engine does not hold the actor's weights (none were sent since "
+                "the engine was built or a checkpoint was loaded); call update_rollout_weights first"
+            )
+        # After a validation pass the engine may be asleep: wake it (a no-op when awake).
+        self.rollout.wake_up()
+        start = time.perf_counter()
+        output = self.rollout.generate_sequences(prompts)
+        seconds = time.perf_counter() - start
+        if self.config.rollout.free_cache_engine:
+            self.rollout.sleep()
+        output.meta_info.setdefault("timing", {})["generate"] = seconds
+        return output
+
+    # ------------------------------------------------------------------ log-probs
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def compute_log_prob(self, data: DataProto) -> DataProto:
+        self._require(self.actor, "compute_log_prob", "actor or rollout")
+        rollout = self.config.rollout
+        with self._actor_on_device():
+            log_probs, entropy = self.actor.compute_log_prob(
+                data, log_prob_batching(rollout), rollout.temperature, calculate_entropy=True
+            )
+        return DataProto.from_dict(tensors={"old_log_probs": log_probs, "entropys": entropy})
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def compute_ref_log_prob(self, data: DataProto) -> DataProto:
+        self._require(self.ref, "compute_ref_log_prob", "ref")
+        batching, temperature = log_prob_batching(self.config.ref), self.config.rollout.temperature
+        with self._ref_on_device():
+            if self.ref_in_actor:
+                with self.actor_module.disable_adapter():
+                    log_probs, _ = self.ref.compute_log_prob(data, batching, temperature)
+            else:
+                log_probs, _ = self.ref.compute_log_prob(data, batching, temperature)
+        return DataProto.from_dict(tensors={"ref_log_prob": log_probs})
+
+    # ------------------------------------------------------------------ update
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def update_actor(self, data: DataProto) -> DataProto:
+        """One PPO update; the engine keeps the old weights until update_rollout_weights."""
+        self._require(None if self.actor is None else self.actor.optimizer, "update_actor", "actor")
+        cfg = self.config
+        mini_batch = mini_batch_samples_per_rank(cfg.actor.ppo_mini_batch_size, cfg.rollout.n, self.world_size)
+        with self._actor_on_device(optimizer=True):
+            start = time.perf_counter()
+            metrics = self.actor.update_policy(data, cfg.rollout.temperature, mini_batch)
+            metrics["perf/update_actor_s"] = time.perf_counter() - start
+        return DataProto(meta_info={"metrics": metrics})
+
+    # ------------------------------------------------------------------ checkpoints
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def save_checkpoint(self, local_path: str, global_step: int = 0, max_ckpt_to_keep: int | None = None) -> dict:
+        """Write this rank's actor shard, optimizer, scheduler and RNG into `local_path`.
+
+        `local_path` is the driver's temporary folder; it renames it once every rank of
+        every role has returned, and only then applies `max_ckpt_to_keep` (deleting old
+        checkpoints before the new one is complete could leave none), so the argument is
+        accepted here for verl's call signature and used by the driver.
+        """
+        self._require(self.checkpointer, "save_checkpoint", "actor")
+        with self._actor_on_device():
+            return self.checkpointer.save(local_path, global_step, list(self.config.actor.checkpoint.save_contents))
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def load_checkpoint(self, local_path: str) -> dict:
+        """Load this rank's actor state; the engine needs update_rollout_weights before it generates again."""
+        self._require(self.checkpointer, "load_checkpoint", "actor")
+        with self._actor_on_device(optimizer=True):
+            timing = self.checkpointer.load(local_path, list(self.config.actor.checkpoint.load_contents))
+        if self.weight_sync is not None:
+            self.weight_sync.synced = False  # the engine holds the weights the checkpoint replaced
+        return timing
+
+    @register(dispatch_mode=Dispatch.RANK_ZERO)
+    def weights_digest(self) -> dict[str, float]:
+        """Sum and sum of squares of every full actor parameter: a cheap fingerprint."""
+        from torch.distributed.tensor import DTensor
+
+        total = sq = 0.0
+        with self._actor_on_device():
+            for _, p in self.actor_module.named_parameters():
+                t = p.full_tensor() if isinstance(p, DTensor) else p
+                t = t.detach().double()
+                total += float(t.sum())
+                sq += float(t.pow(2).sum())
+        return {"sum": total, "sumsq": sq}

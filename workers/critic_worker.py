@@ -1,0 +1,81 @@
+"""The critic worker: the value model (a causal LM body with a scalar head, initialised from
+the actor's weights), its values and its update, and its sharded checkpoints.
+
+It shares the device slots of the fused worker. Its mini-batches count prompts as the
+actor's do, so it needs `actor_rollout_ref.rollout.n` (responses per prompt), passed to
+its constructor by the driver.
+"""
+
+from __future__ import annotations
+
+from protocol.data_proto import DataProto
+from protocol.dispatch import Dispatch, register
+from workers.base import Worker
+from workers.checkpoint import FSDPCheckpointer
+from workers.critic import DataParallelPPOCritic
+from workers.fsdp_utils import build_lr_scheduler, build_optimizer, offload_params, on_device
+from workers.micro_batch import MicroBatching
+from workers.model_loading import load_hf_model, load_tokenizer
+from workers.optimizer_step import mini_batch_samples_per_rank
+
+
+class CriticWorker(Worker):
+    """config: the `critic` section; rollout_n: `actor_rollout_ref.rollout.n`."""
+
+    def __init__(self, config, rollout_n: int):
+        super().__init__()
+        self.config = config
+        self.mini_batch_samples = mini_batch_samples_per_rank(config.ppo_mini_batch_size, rollout_n, self.world_size)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self):
+        from transformers import AutoModelForTokenClassification
+
+        cfg = self.config
+        model = cfg.model
+        self.module, self.hf_config = load_hf_model(
+            AutoModelForTokenClassification, model.path, model.fsdp_config, seed=0, trainable=True,
+            trust_remote_code=model.trust_remote_code, override_config=model.override_config,
+            gradient_checkpointing=model.enable_gradient_checkpointing, offload_policy=model.fsdp_config.offload_policy,
+            # As verl: no dropout on the value head, so values are deterministic functions of the weights.
+            num_labels=1, classifier_dropout=0.0,
+        )
+        optimizer = build_optimizer(self.module.parameters(), cfg.optim)
+        scheduler = build_lr_scheduler(optimizer, cfg.optim, cfg.optim.total_training_steps)
+        self.critic = DataParallelPPOCritic(cfg, self.module, optimizer, scheduler, model.use_remove_padding)
+        self.checkpointer = FSDPCheckpointer(
+            self.module, optimizer, scheduler, self.hf_config,
+            load_tokenizer(model.tokenizer, model.trust_remote_code), model.path,
+            tie_word_embeddings=bool(getattr(self.hf_config, "tie_word_embeddings", False)),
+        )
+        if model.fsdp_config.param_offload:
+            offload_params(self.module)
+        return True
+
+    def _on_device(self, optimizer: bool = False):
+        return on_device(self.module, self.config.model.fsdp_config, self.critic.optimizer if optimizer else None)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def save_checkpoint(self, local_path: str, global_step: int = 0, max_ckpt_to_keep: int | None = None) -> dict:
+        """As ActorRolloutRefWorker.save_checkpoint (retention is the driver's, after the rename)."""
+        with self._on_device():
+            return self.checkpointer.save(local_path, global_step, list(self.config.checkpoint.save_contents))
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def load_checkpoint(self, local_path: str) -> dict:
+        with self._on_device(optimizer=True):
+            return self.checkpointer.load(local_path, list(self.config.checkpoint.load_contents))
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def compute_values(self, data: DataProto) -> DataProto:
+        cfg = self.config
+        batching = MicroBatching(cfg.forward_micro_batch_size_per_gpu, cfg.use_dynamic_bsz, cfg.forward_max_token_len_per_gpu)
+        with self._on_device():
+            values = self.critic.compute_values(data, batching)
+        return DataProto.from_dict(tensors={"values": values})
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def update_critic(self, data: DataProto) -> DataProto:
+        with self._on_device(optimizer=True):
+            metrics = self.critic.update_critic(data, self.mini_batch_samples)
+        return DataProto(meta_info={"metrics": metrics})
