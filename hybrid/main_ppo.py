@@ -80,6 +80,13 @@ def prepare_command_line(argv: list[str]) -> list[str]:
 def cli() -> None:
     # Before torch loads: vLLM's CPU backend drops to one thread unless this is set.
     os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
+    # SkyRL keys (--dialect skyrl) and ROLL pipeline files (--roll-config) become verl keys first.
+    try:
+        from hybrid.config.dialects import translate_argv
+
+        sys.argv[1:] = translate_argv(sys.argv[1:])
+    except ConfigError as err:
+        _exit_config_error(err)
     register_resolvers()
     try:
         sys.argv[1:] = prepare_command_line(sys.argv[1:])

@@ -61,7 +61,8 @@ def script_config(name, shim, args_file, *extra, env=None):
 
 def test_every_example_is_checked():
     scripts = {p.name for p in EXAMPLES.glob("*.sh")}
-    assert scripts == set(ARITHMETIC_SCRIPTS) | {"gsm8k_grpo.sh"}
+    # The SkyRL-dialect script is checked in tests/unit/test_dialects.py.
+    assert scripts == set(ARITHMETIC_SCRIPTS) | {"gsm8k_grpo.sh", "skyrl_grpo_arithmetic.sh"}
 
 
 @pytest.mark.parametrize(
