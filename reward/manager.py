@@ -228,12 +228,13 @@ class DAPORewardManager(NaiveRewardManager):
 
     def __init__(self, tokenizer, num_examine, compute_score=None, reward_fn_key="data_source", max_resp_len=None, overlong_buffer=None, overlong_buffer_cfg=None, **reward_kwargs):
         super().__init__(tokenizer, num_examine, compute_score, reward_fn_key, **reward_kwargs)
-        cfg = overlong_buffer_cfg if overlong_buffer_cfg is not None else overlong_buffer
-        cfg = dict(cfg or {})
-        self.overlong_enable = bool(cfg.get("enable", False))
-        self.overlong_len = int(cfg.get("len", 0))
-        self.overlong_penalty_factor = float(cfg.get("penalty_factor", 1.0))
-        self.overlong_log = bool(cfg.get("log", False))
+        # A plain keyword dict (verl's scripts spell it overlong_buffer_cfg); missing entries
+        # take verl's DAPO defaults, as a verl reward manager built from Python would.
+        buffer = dict((overlong_buffer_cfg if overlong_buffer_cfg is not None else overlong_buffer) or {})
+        self.overlong_enable = bool(buffer.get("enable", False))
+        self.overlong_len = int(buffer.get("len", 0))
+        self.overlong_penalty_factor = float(buffer.get("penalty_factor", 1.0))
+        self.overlong_log = bool(buffer.get("log", False))
         self.max_resp_len = max_resp_len
         if self.overlong_enable:
             if max_resp_len is None:

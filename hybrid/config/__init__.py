@@ -31,7 +31,7 @@ CONFIG_NAME = "ppo_trainer"
 
 # Dicts passed through to a library or a user function as keyword arguments: any subkey is
 # legal, so new ones are accepted without `+` (keys end with one of these dotted suffixes).
-FREE_FORM_SUFFIXES = ("engine_kwargs.vllm", "override_config", "reward_kwargs", "apply_chat_template_kwargs")
+FREE_FORM_SUFFIXES = ("engine_kwargs.vllm", "override_config", "reward_kwargs", "apply_chat_template_kwargs", "env_kwargs")
 
 
 def _parse(overrides: Sequence[str]) -> list[Any]:

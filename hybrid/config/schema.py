@@ -180,8 +180,8 @@ class ActorConfig:
     ppo_max_token_len_per_gpu: PositiveInt
     grad_clip: Annotated[float, Positive()]
     clip_ratio: float
-    clip_ratio_low: float
-    clip_ratio_high: float
+    clip_ratio_low: float | None  # null: clip_ratio (verl)
+    clip_ratio_high: float | None
     clip_ratio_c: float
     loss_agg_mode: Annotated[str, OneOf(loss_agg_modes)]
     policy_loss: PolicyLossConfig
@@ -225,6 +225,26 @@ class EngineKwargsConfig:
 
 
 @dataclass(frozen=True)
+class MultiTurnConfig:
+    enable: bool
+    max_assistant_turns: OptionalPositiveInt
+    max_user_turns: OptionalPositiveInt
+    max_tokens_per_turn: OptionalPositiveInt
+    interaction_config_path: str | None
+    tool_config_path: str | None
+    max_tool_response_length: PositiveInt
+    tool_response_truncate_side: Annotated[str, OneOf(lambda: ("left", "middle", "right"))]
+    format: Annotated[str, OneOf(lambda: ("hermes",))]
+    env_class: str | None
+    env_kwargs: dict[str, Any]
+    use_conversation_multi_turn: bool
+    reward_placement: Annotated[str, OneOf(lambda: ("final", "turn"))]
+    env_workers: PositiveInt
+    env_step_timeout_s: Annotated[float, Positive()]
+    tolerate_env_errors: bool
+
+
+@dataclass(frozen=True)
 class RolloutConfig:
     name: Annotated[str, OneOf(lambda: ("vllm", "hf"), unsupported=(("sglang", "hybrid's rollout engines are in-process vLLM and Hugging Face generate"),))]
     mode: Annotated[str, Fixed(("sync",), "hybrid generates in-process, one batch at a time (no async server mode)")]
@@ -264,6 +284,7 @@ class RolloutConfig:
     calculate_log_probs: Annotated[bool, Fixed((True,), "the engine's log-probs are always kept as rollout_log_probs (the engine/trainer gap is logged from them)")]
     update_weights_bucket_megabytes: PositiveInt
     engine_kwargs: EngineKwargsConfig
+    multi_turn: MultiTurnConfig
     val_kwargs: ValKwargsConfig
 
     def check(self, problems: Problems) -> None:

@@ -221,8 +221,16 @@ def _convert(value: Any, annotation: Any) -> tuple[bool, Any]:
     raise TypeError(f"unsupported annotation {annotation!r}")
 
 
-def _constraint_problem(key: str, value: Any, extras: tuple, allow_none: bool) -> str | None:
+def _constraint_problem(key: str, value: Any, extras: tuple, allow_none: bool, shown: Any = None) -> str | None:
+    """The problem with `value` (None if it passes); messages show `shown`, what the user wrote."""
     tail = " or null" if allow_none else ""
+    problem = _first_problem(key, value, extras, tail)
+    if problem and shown is not None and shown is not value:
+        problem = problem.replace(f"{key}={fmt(value)}", f"{key}={fmt(shown)}", 1)
+    return problem
+
+
+def _first_problem(key: str, value: Any, extras: tuple, tail: str) -> str | None:
     for extra in extras:
         if isinstance(extra, Positive):
             if not _is_number(value) or value <= 0:
@@ -283,7 +291,7 @@ def _check_value(key: str, raw: Any, annotation: Any, problems: Problems, interp
     if isinstance(converted, tuple):
         return _check_items(key, converted, alternatives, problems)
     if not isinstance(converted, (dict, tuple)):
-        problem = _constraint_problem(key, converted, extras, allow_none)
+        problem = _constraint_problem(key, converted, extras, allow_none, shown=raw)
         if problem:
             # A key that repeats another (an interpolation) is reported at its source only.
             if key not in interpolated:

@@ -132,9 +132,9 @@ def test_keys_hybrid_cannot_honour_are_refused(override, needle):
     "override,needle",
     [
         (f"{ARR}.rollout.temperature=-0.5", f"{ARR}.rollout.temperature=-0.5 must be a number >= 0"),
-        (f"{ARR}.rollout.top_p=0", f"{ARR}.rollout.top_p=0.0 must be in (0, 1]"),
+        (f"{ARR}.rollout.top_p=0", f"{ARR}.rollout.top_p=0 must be in (0, 1]"),
         (f"{ARR}.rollout.gpu_memory_utilization=1.5", f"{ARR}.rollout.gpu_memory_utilization=1.5 must be in (0, 1]"),
-        (f"{ARR}.actor.optim.lr_warmup_steps_ratio=2", f"{ARR}.actor.optim.lr_warmup_steps_ratio=2.0 must be in [0, 1]"),
+        (f"{ARR}.actor.optim.lr_warmup_steps_ratio=2", f"{ARR}.actor.optim.lr_warmup_steps_ratio=2 must be in [0, 1]"),
         ("algorithm.gamma=1.5", "algorithm.gamma=1.5 must be in [0, 1]"),
         ("trainer.seed=abc", "trainer.seed='abc' must be an integer"),
     ],
