@@ -40,10 +40,10 @@ LENGTH_KEYS = ("response_length/mean", "response_length/max")
 VAL_CORE = re.compile(r"^val-core/(?P<source>.+)/(?P<var>reward|acc)/mean@(?P<n>\d+)$")
 TIMING_PREFIX = "timing_s/"
 STEP_TIME = "timing_s/step"
-# Phases timed inside another phase: the worker reports the weight sync it does at the
-# start of generate_sequences, so `gen` already contains `update_weights`. Stacking both
-# would count that time twice; the parent's bar shows only its own remainder.
-NESTED_PHASES = {"update_weights": "gen"}
+# Phases timed inside another phase (child: parent); the parent's bar then shows only its
+# own remainder. None today: the weight sync is its own step phase after the actor update
+# (it was inside `gen` while generation synced lazily).
+NESTED_PHASES: dict[str, str] = {}
 
 __all__ = ["MetricsFileError", "load_metrics", "plot_metrics", "main"]
 

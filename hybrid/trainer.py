@@ -50,12 +50,6 @@ def timed(name: str, timing: dict):
     timing[name] = timing.get(name, 0.0) + time.perf_counter() - start
 
 
-def _worker_timing(output: DataProto, timing: dict) -> None:
-    for name, seconds in output.meta_info.pop("timing", {}).items():
-        if name == "update_weights":
-            timing[name] = timing.get(name, 0.0) + seconds
-
-
 def as_typed(config) -> HybridConfig:
     """The typed config; a composed DictConfig (tests, older scripts) is checked and converted."""
     return config if isinstance(config, HybridConfig) else typed_config(config)
@@ -143,7 +137,7 @@ class PPOTrainer:
         gen_batch.meta_info.update({"do_sample": True})
         with timed("gen", timing):
             gen_out = self._generate(gen_batch)
-        _worker_timing(gen_out, timing)
+        gen_out.meta_info.pop("timing", None)  # the driver times the call itself (timing_s/gen)
         if self.config.algorithm.adv_estimator == "remax":
             with timed("gen_max", timing):
                 greedy = gen_batch.select(batch_keys=GEN_KEYS)
