@@ -139,23 +139,29 @@ class CheckpointConfig:
 
 
 @dataclass(frozen=True)
-class ModelConfig:
+class HFModelConfig:
+    """A Hugging Face model folder a trained role loads (the actor's, the critic's)."""
+
     path: str
     tokenizer_path: str | None
     override_config: dict[str, Any]
     enable_gradient_checkpointing: bool
     use_remove_padding: bool
     trust_remote_code: bool
+
+    @property
+    def tokenizer(self) -> str:
+        return self.tokenizer_path or self.path
+
+
+@dataclass(frozen=True)
+class ModelConfig(HFModelConfig):
     external_lib: str | tuple[str, ...] | None
     use_liger: bool
     lora_rank: Annotated[int, NonNegative(" (0: full fine-tuning)")]
     lora_alpha: Annotated[float, Positive()]
     target_modules: str | tuple[str, ...]
     exclude_modules: str | tuple[str, ...] | None
-
-    @property
-    def tokenizer(self) -> str:
-        return self.tokenizer_path or self.path
 
 
 @dataclass(frozen=True)
@@ -315,18 +321,8 @@ class ActorRolloutRefConfig:
 
 
 @dataclass(frozen=True)
-class CriticModelConfig:
-    path: str
-    tokenizer_path: str | None
-    override_config: dict[str, Any]
-    enable_gradient_checkpointing: bool
-    use_remove_padding: bool
-    trust_remote_code: bool
+class CriticModelConfig(HFModelConfig):
     fsdp_config: TrainFSDPConfig
-
-    @property
-    def tokenizer(self) -> str:
-        return self.tokenizer_path or self.path
 
 
 @dataclass(frozen=True)
