@@ -11,12 +11,22 @@ consumes: `prompts` (B, P), `responses` (B, R) right-padded with the pad id,
 `response_mask` (1 through the EOS token), and `rollout_log_probs` (B, R) when the
 engine gave them. Samples of one prompt are adjacent (prompt 0's n samples, then prompt
 1's), matching `DataProto.repeat(n, interleave=True)` on the driver.
+
+Every engine also has the token-in-token-out primitive the multi-turn loop
+(workers/rollout/multi_turn.py) drives, one call per turn for all live trajectories:
+
+    generate_ids(prompt_ids: list[list[int]], settings: SamplingSettings, max_tokens: list[int])
+        -> list[GeneratedTurn]     # one sample per prompt (settings.n must be 1)
+
+where each prompt carries its own token budget and no prompt plus its budget may exceed
+the engine's `max_model_len` (`engine_max_model_len`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -159,6 +169,36 @@ def sampling_settings(config, meta_info: dict) -> SamplingSettings:
         greedy=False,
         **common,
     )
+
+
+class GeneratedTurn(NamedTuple):
+    """One sample of `generate_ids`: the token ids exactly as sampled, the engine's log-prob
+    of each, and why it ended: "stop" (EOS, a stop token or stop string) or "length"."""
+
+    token_ids: list[int]
+    log_probs: list[float]
+    finish_reason: str
+
+
+def engine_max_model_len(config) -> int:
+    """The longest prompt + response the engine holds: `max_model_len`, or prompt_length +
+    response_length when unset."""
+    return int(config.max_model_len or (int(config.prompt_length) + int(config.response_length)))
+
+
+def check_turn_requests(prompt_ids: list[list[int]], settings: SamplingSettings, max_tokens: list[int], max_model_len: int):
+    """Refuse a `generate_ids` call that breaks its contract (the multi-turn loop never
+    makes one; a caller that does learns which request)."""
+    if settings.n != 1:
+        raise ValueError(f"generate_ids samples one continuation per prompt; got settings.n={settings.n}")
+    if len(max_tokens) != len(prompt_ids):
+        raise ValueError(f"generate_ids got {len(prompt_ids)} prompts but {len(max_tokens)} token budgets")
+    for i, (ids, budget) in enumerate(zip(prompt_ids, max_tokens)):
+        if budget < 1 or len(ids) + budget > max_model_len:
+            raise ValueError(
+                f"generate_ids request {i}: prompt of {len(ids)} tokens + max_tokens {budget} does not fit "
+                f"max_model_len {max_model_len} (or max_tokens < 1)"
+            )
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:

@@ -12,17 +12,32 @@ temperature, top_k, top_p, min_p, repetition_penalty (applied, as in vLLM, to pr
 response tokens), stop strings, stop_token_ids as extra EOS ids, ignore_eos as a minimum
 length. presence_penalty and frequency_penalty have no equivalent in `generate` and are
 refused when set.
+
+`generate_ids` (the multi-turn primitive) left-pads the token-id prompts, generates up to
+the largest budget of the call and cuts each sample at its own budget: the tokens before
+the cut come from the same distribution as with that budget alone.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 
 import torch
 
 from protocol.data_proto import DataProto
 from workers.device import current_device, resolve_dtype_name
-from workers.rollout.base import ROLLOUT, SamplingSettings, assemble_rollout, engine_load_format, sampling_settings
+from workers.rollout.base import (
+    ROLLOUT,
+    GeneratedTurn,
+    SamplingSettings,
+    assemble_rollout,
+    check_turn_requests,
+    engine_load_format,
+    engine_max_model_len,
+    sampling_settings,
+)
+from workers.rollout.multi_turn import MultiTurnLoop
 
 _DTYPES = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32, "fp32": torch.float32}
 
@@ -106,6 +121,8 @@ class HFRollout:
         self.engine_dtype = dtype
         self.seed = int(config.seed)
         self.calls = 0
+        self.max_model_len = engine_max_model_len(config)
+        self.multi_turn = MultiTurnLoop.for_engine(self, None)
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         params = dict(self.model.named_parameters())
@@ -129,11 +146,9 @@ class HFRollout:
     def wake_up(self) -> None:
         pass
 
-    @torch.no_grad()
-    def generate_sequences(self, prompts: DataProto) -> DataProto:
-        settings = sampling_settings(self.config, prompts.meta_info)
-        input_ids = prompts.batch["input_ids"]
-        attention_mask = prompts.batch["attention_mask"]
+    def _sample(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, settings: SamplingSettings):
+        """generate on left-padded prompts: per row the generated ids (cut after a stop
+        string), their log-probs, and whether a stop string ended the row."""
         gen_config = hf_generation_config(settings, self.pad_token_id, self.eos_token_ids)
         # Only sampling calls advance the seed: greedy validation (which a resumed run may
         # repeat) must not shift the samples of the training steps that follow.
@@ -160,12 +175,24 @@ class HFRollout:
             token_ids.append(toks)
             if steps is not None:
                 log_probs.append(steps[i, torch.arange(len(toks)), sequences[i, : len(toks)]].tolist())
+        stopped_by_string = [length < sequences.shape[1] for length in lengths]
+        return token_ids, (log_probs if steps is not None else None), stopped_by_string
+
+    @torch.no_grad()
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        self.multi_turn = MultiTurnLoop.for_engine(self, self.multi_turn)
+        if self.multi_turn is not None:
+            return self.multi_turn.generate_sequences(prompts)
+        settings = sampling_settings(self.config, prompts.meta_info)
+        input_ids = prompts.batch["input_ids"]
+        attention_mask = prompts.batch["attention_mask"]
+        token_ids, log_probs, _ = self._sample(input_ids, attention_mask, settings)
         return assemble_rollout(
             input_ids,
             attention_mask,
             prompts.batch["position_ids"],
             token_ids,
-            log_probs if steps is not None else None,
+            log_probs,
             n=settings.n,
             response_length=int(self.config.response_length),
             pad_token_id=self.pad_token_id,
@@ -173,6 +200,32 @@ class HFRollout:
             eos_token_ids=self.eos_token_ids | set(settings.stop_token_ids),
             meta_info={"n": settings.n},
         )
+
+    @torch.no_grad()
+    def generate_ids(
+        self, prompt_ids: list[list[int]], settings: SamplingSettings, max_tokens: list[int]
+    ) -> list[GeneratedTurn]:
+        """One sample per prompt, each cut at its own token budget; ids as sampled."""
+        check_turn_requests(prompt_ids, settings, max_tokens, self.max_model_len)
+        width = max(len(ids) for ids in prompt_ids)
+        input_ids = torch.full((len(prompt_ids), width), self.pad_token_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(prompt_ids), width), dtype=torch.long)
+        for i, ids in enumerate(prompt_ids):
+            input_ids[i, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
+            attention_mask[i, width - len(ids):] = 1
+        settings = dataclasses.replace(settings, max_tokens=max(max_tokens))
+        token_ids, log_probs, stopped_by_string = self._sample(input_ids, attention_mask, settings)
+        stops = self.eos_token_ids | set(settings.stop_token_ids)
+        turns = []
+        for i, (ids, budget) in enumerate(zip(token_ids, max_tokens)):
+            end = next((j + 1 for j, tok in enumerate(ids) if tok in stops), None)
+            stopped = end is not None or stopped_by_string[i]
+            end = len(ids) if end is None else end
+            if end > budget:
+                end, stopped = budget, False
+            probs = log_probs[i][:end] if log_probs is not None else [0.0] * end
+            turns.append(GeneratedTurn(ids[:end], probs, "stop" if stopped else "length"))
+        return turns
 
     def _stop_string_lengths(self, sequences: torch.Tensor, prompt_len: int) -> list[int]:
         """Per row, the number of generated tokens up to and including the one that

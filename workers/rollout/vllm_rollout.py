@@ -8,11 +8,15 @@ before the first generation and after every update. Multiprocessing is switched 
 `collective_rpc` calls reach the model directly, tensors passed by reference. On CPU the
 KV cache size comes from `cpu_kvcache_space_gb`; sleep/wake (freeing the KV cache while
 training) is used where the platform supports it (GPUs). `vllm_sampling_params` is the
-one place the rollout's sampling keys become a `SamplingParams`.
+one place the rollout's sampling keys become a `SamplingParams`. `generate_ids` is the
+token-in-token-out primitive of multi-turn rollouts (`TokensPrompt` in, sampled ids out,
+a per-request `max_tokens`); with `multi_turn.enable` `generate_sequences` runs the loop
+of workers/rollout/multi_turn.py on it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterable
 
@@ -22,13 +26,17 @@ from protocol.data_proto import DataProto
 from workers.device import is_cuda_available, resolve_dtype_name
 from workers.rollout.base import (
     ROLLOUT,
+    GeneratedTurn,
     SamplingSettings,
     assemble_rollout,
+    check_turn_requests,
     engine_load_format,
+    engine_max_model_len,
     plain,
     prompt_token_lists,
     sampling_settings,
 )
+from workers.rollout.multi_turn import MultiTurnLoop
 
 
 def _prepare_environment(config) -> None:
@@ -89,7 +97,11 @@ class VLLMRollout:
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         eos = getattr(model_hf_config, "eos_token_id", None) or tokenizer.eos_token_id
         self.eos_token_ids = set(eos if isinstance(eos, list) else [eos])
-        max_model_len = config.max_model_len or (int(config.prompt_length) + int(config.response_length))
+        max_model_len = engine_max_model_len(config)
+        self.max_model_len = max_model_len
+        # Environment, tool and interaction files are read now: a mistake stops the run
+        # before the engine takes its memory.
+        self.multi_turn = MultiTurnLoop.for_engine(self, None)
         kwargs = dict(
             model=model_config.path,
             # vLLM detokenizes only to find stop strings; it must read text as the trainer does.
@@ -108,8 +120,10 @@ class VLLMRollout:
             # penalties, min_p or top-k/top-p also shape them, and the actor reproduces none of
             # those: rollout_log_probs then differ from the actor's by design.
             logprobs_mode="processed_logprobs",
-            # Weights change every step; a cached prefix would hold stale KV entries.
-            enable_prefix_caching=False,
+            # Single turn: nothing to reuse. Multi-turn: every turn sends the conversation so far
+            # again, and a cached prefix saves computing it anew; the weights do not change
+            # within a rollout and update_weights empties the cache, so no entry is stale.
+            enable_prefix_caching=bool(config.multi_turn.enable),
             enable_sleep_mode=bool(config.free_cache_engine) and is_cuda_available(),
         )
         if is_cuda_available():
@@ -149,9 +163,35 @@ class VLLMRollout:
 
     # ------------------------------------------------------------------ generation
     @torch.no_grad()
+    def generate_ids(
+        self, prompt_ids: list[list[int]], settings: SamplingSettings, max_tokens: list[int]
+    ) -> list[GeneratedTurn]:
+        """One sample per prompt, each with its own token budget; ids as sampled."""
+        from vllm.inputs import TokensPrompt
+
+        check_turn_requests(prompt_ids, settings, max_tokens, self.max_model_len)
+        params_by_budget = {
+            budget: vllm_sampling_params(dataclasses.replace(settings, max_tokens=int(budget)))
+            for budget in set(max_tokens)
+        }
+        requests = [TokensPrompt(prompt_token_ids=list(ids)) for ids in prompt_ids]
+        params = [params_by_budget[budget] for budget in max_tokens]
+        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        turns = []
+        for request_output in outputs:
+            completion = request_output.outputs[0]
+            ids = list(completion.token_ids)
+            log_probs = [step[tok].logprob for step, tok in zip(completion.logprobs, ids)]
+            turns.append(GeneratedTurn(ids, log_probs, "stop" if completion.finish_reason == "stop" else "length"))
+        return turns
+
+    @torch.no_grad()
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         from vllm.inputs import TokensPrompt
 
+        self.multi_turn = MultiTurnLoop.for_engine(self, self.multi_turn)
+        if self.multi_turn is not None:
+            return self.multi_turn.generate_sequences(prompts)
         settings = sampling_settings(self.config, prompts.meta_info)
         input_ids = prompts.batch["input_ids"]
         attention_mask = prompts.batch["attention_mask"]

@@ -1,0 +1,98 @@
+"""Environment calls of one turn, run side by side with a time limit each.
+
+`StepPool(workers, timeout_s).run(calls)` runs the zero-argument callables on `workers`
+threads and returns one `Outcome` per call, in order: its value, the exception it raised,
+or `timed_out` when it ran longer than `timeout_s` (counted from when it started, not from
+when it was queued). Nothing can stop a Python thread, so a call past its limit is left
+running and its thread is replaced; the threads are daemons, so an environment that
+never returns neither blocks the run nor keeps the process alive at exit (a
+`concurrent.futures` pool would: its threads are joined at interpreter exit).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+
+@dataclass
+class Outcome:
+    value: Any = None
+    error: BaseException | None = None
+    timed_out: bool = False
+
+
+class _Task:
+    __slots__ = ("fn", "started", "finished", "abandoned", "value", "error")
+
+    def __init__(self, fn: Callable[[], Any]):
+        self.fn = fn
+        self.started: float | None = None
+        self.finished = self.abandoned = False
+        self.value = self.error = None
+
+
+class StepPool:
+    def __init__(self, workers: int, timeout_s: float):
+        if workers < 1 or timeout_s <= 0:
+            raise ValueError(f"StepPool needs workers >= 1 and timeout_s > 0, got {workers}, {timeout_s}")
+        self.timeout_s = float(timeout_s)
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._cond = threading.Condition()
+        self._workers = 0
+        for _ in range(workers):
+            self._spawn()
+
+    def _spawn(self) -> None:
+        self._workers += 1
+        threading.Thread(target=self._work, daemon=True, name=f"env-worker-{self._workers}").start()
+
+    def _work(self) -> None:
+        while True:
+            task = self._queue.get()
+            if task is None:
+                return
+            with self._cond:
+                task.started = time.monotonic()
+                self._cond.notify_all()
+            try:
+                task.value = task.fn()
+            except BaseException as e:  # the caller decides what an environment's error means
+                task.error = e
+            with self._cond:
+                task.finished = True
+                self._cond.notify_all()
+                if task.abandoned:
+                    return  # a replacement thread has taken this one's place
+
+    def run(self, calls: list[Callable[[], Any]]) -> list[Outcome]:
+        tasks = [_Task(fn) for fn in calls]
+        for task in tasks:
+            self._queue.put(task)
+        with self._cond:
+            while True:
+                now = time.monotonic()
+                running = [t for t in tasks if not t.finished and not t.abandoned]
+                if not running:
+                    break
+                overdue = [t for t in running if t.started is not None and now - t.started >= self.timeout_s]
+                for task in overdue:
+                    task.abandoned = True
+                    self._spawn()
+                if overdue:
+                    continue
+                deadlines = [t.started + self.timeout_s - now for t in running if t.started is not None]
+                # Workers notify when a call starts or ends; otherwise wake at the next deadline.
+                self._cond.wait(timeout=min(deadlines) if deadlines else None)
+        return [
+            Outcome(timed_out=True) if t.abandoned else Outcome(value=t.value, error=t.error)
+            for t in tasks
+        ]
+
+    def shutdown(self) -> None:
+        """End the idle threads (a thread busy past its limit ends when its call returns)."""
+        for _ in range(self._workers):
+            self._queue.put(None)

@@ -1,0 +1,120 @@
+"""Which environment class a name means.
+
+Three sources, looked up in this order:
+
+1. `ENV_REGISTRY`: classes registered with `@register_env("name")` (the built-ins, and
+   whatever a module named in `actor_rollout_ref.model.external_lib` registers);
+2. a file path and a class name, `path/to/my_env.py:MyEnv` (relative to the working
+   directory), loaded the way reward functions are;
+3. skyrl-gym's registry, when the `skyrl-gym` package is installed (the `env` extra):
+   `gsm8k`, `gsm8k_multi_turn`, `aime`, `lcb`, `searchcode`, `text2sql`, `search`, and
+   anything registered with `skyrl_gym.register`. Their classes are used unchanged.
+
+An unknown name fails with every known name in the message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import inspect
+import os
+import sys
+
+ENV_REGISTRY: dict[str, type] = {}
+
+MULTI_TURN = "actor_rollout_ref.rollout.multi_turn"
+
+
+def register_env(name: str):
+    """Class decorator: make the class available as `env_class=name`."""
+
+    def decorator(cls: type) -> type:
+        existing = ENV_REGISTRY.get(name)
+        if existing is not None and existing is not cls:
+            raise ValueError(
+                f"environment name {name!r} is already registered to {existing.__module__}.{existing.__qualname__}"
+            )
+        ENV_REGISTRY[name] = cls
+        return cls
+
+    return decorator
+
+
+def skyrl_registry() -> dict | None:
+    """skyrl-gym's registry (id -> EnvSpec), or None when the package is not installed."""
+    try:
+        from skyrl_gym.envs.registration import registry
+    except ImportError:
+        return None
+    return registry
+
+
+def known_env_names() -> list[str]:
+    return sorted(set(ENV_REGISTRY) | set(skyrl_registry() or {}))
+
+
+def _load_module(path: str):
+    resolved = os.path.abspath(os.path.expanduser(path))
+    if not os.path.isfile(resolved):
+        raise FileNotFoundError(
+            f"{MULTI_TURN}.env_class: environment file {path!r} not found (resolved to {resolved}, "
+            f"working directory {os.getcwd()})"
+        )
+    # One module per file, named after its path, so two env files called env.py coexist.
+    module_name = "custom_env_" + hashlib.sha1(resolved.encode()).hexdigest()[:12]
+    module = sys.modules.get(module_name)
+    if module is not None and getattr(module, "__file__", None) == resolved:
+        return module, resolved
+    spec = importlib.util.spec_from_file_location(module_name, resolved)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{MULTI_TURN}.env_class: cannot load {resolved} as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:
+        del sys.modules[module_name]
+        raise ImportError(f"{MULTI_TURN}.env_class: importing {resolved} failed: {type(e).__name__}: {e}") from e
+    return module, resolved
+
+
+def load_env_from_file(spec: str) -> type:
+    """The class named by `path/to/file.py:ClassName`."""
+    path, _, class_name = spec.rpartition(":")
+    module, resolved = _load_module(path)
+    cls = getattr(module, class_name, None)
+    if not inspect.isclass(cls):
+        defined = sorted(k for k, v in vars(module).items() if inspect.isclass(v) and v.__module__ == module.__name__)
+        what = "not found" if cls is None else f"is a {type(cls).__name__}, not a class"
+        raise AttributeError(
+            f"{MULTI_TURN}.env_class: environment class {class_name!r} {what} in {resolved}; "
+            f"classes defined there: {defined or 'none'}"
+        )
+    if not callable(getattr(cls, "step", None)):
+        raise TypeError(f"{MULTI_TURN}.env_class: {class_name} in {resolved} has no step(action) method")
+    return cls
+
+
+def _is_file_spec(name: str) -> bool:
+    path, sep, class_name = name.rpartition(":")
+    return bool(sep) and path.endswith(".py") and bool(class_name)
+
+
+def get_env_cls(name: str) -> type:
+    """The environment class for `name` (see the module docstring for the lookup order)."""
+    if name in ENV_REGISTRY:
+        return ENV_REGISTRY[name]
+    if _is_file_spec(name):
+        return load_env_from_file(name)
+    registry = skyrl_registry()
+    if registry is not None and name in registry:
+        from skyrl_gym.envs.registration import load_env_creator
+
+        entry_point = registry[name].entry_point
+        return entry_point if callable(entry_point) else load_env_creator(entry_point)
+    hint = "" if registry is not None else " (skyrl-gym's environments need the package: pip install 'hybrid[env]')"
+    raise ValueError(
+        f"unknown environment {name!r}; known: {', '.join(known_env_names()) or 'none'}{hint}. "
+        f"A user environment is given as path/to/file.py:ClassName"
+    )
