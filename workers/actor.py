@@ -14,12 +14,21 @@ the policy loss of one micro-batch. The reference policy is an actor without an 
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 
 from protocol.data_proto import DataProto
 from workers.device import current_device
-from workers.losses import agg_loss, entropy_from_logits, get_policy_loss_fn, kl_penalty, logprobs_from_logits
+from workers.losses import (
+    agg_loss,
+    compute_policy_loss_reinforce,
+    entropy_from_logits,
+    get_policy_loss_fn,
+    kl_penalty,
+    logprobs_from_logits,
+)
 from workers.micro_batch import MicroBatching, micro_batch_indices, pack
 from workers.optimizer_step import MiniBatchCounts, OptimizerStep, UpdatePlan, all_reduce_max, world_size
+from workers.rollout_correction import CorrectionSettings, Stats, compute_correction, correction_metrics, rejected_loss_scale
 
 
 def forward_response_logits(model, micro: dict, response_len: int, use_remove_padding: bool):
@@ -114,6 +123,9 @@ class DataParallelPPOActor:
         On-policy (one optimizer step on the whole batch) the driver skips the old log-prob
         pass, because the weights that would compute it are the ones being updated: this
         forward's log-probs, detached, are the old ones (ratio 1).
+
+        Rollout correction (`data.meta_info["rollout_correction"]`, the algorithm section the
+        driver sends, and the older `tis_imp_ratio_cap`) is applied here; see `_correct`.
         """
         cfg = self.config
         on_policy = "old_log_probs" not in data.batch.keys()
@@ -122,8 +134,11 @@ class DataParallelPPOActor:
                 f"update_actor got no old_log_probs, which is only valid for one optimizer step on the whole batch, "
                 f"but ppo_epochs={cfg.ppo_epochs} and the mini-batch has {mini_batch_size} of {len(data)} samples"
             )
-        keys = self._update_keys(data, on_policy)
-        loss = _PolicyMicroLoss(self, cfg, temperature, on_policy, has_rollout_lp="rollout_log_probs" in keys)
+        settings = CorrectionSettings.from_config(data.meta_info.get("rollout_correction"), cfg.tis_imp_ratio_cap)
+        stats = Stats()
+        data, where = self._correct(data, settings, on_policy, stats)
+        keys = self._update_keys(data, on_policy, settings)
+        loss = _PolicyMicroLoss(self, cfg, temperature, on_policy, "rollout_log_probs" in keys, settings, where, stats)
         plan = UpdatePlan(
             samples_per_rank=mini_batch_size,
             epochs=cfg.ppo_epochs,
@@ -135,34 +150,93 @@ class DataParallelPPOActor:
         metrics = self.step.run(data, keys, plan, loss)
         if cfg.use_kl_loss:
             metrics["actor/kl_coef"] = float(cfg.kl_loss_coef)
-        if loss.has_rollout_lp and on_policy:
+        if loss.has_rollout_lp and loss.reports_pass_metrics:
             metrics["rollout/logp_abs_diff_max"] = all_reduce_max(loss.logp_diff_max)
+        if settings is not None:
+            stats.reduce(_all_reduce)
+            metrics.update(correction_metrics(stats.values(), settings))
         return metrics
 
-    def _update_keys(self, data: DataProto, on_policy: bool) -> list[str]:
+    def _correct(self, data: DataProto, settings, on_policy: bool, stats: Stats) -> tuple[DataProto, str | None]:
+        """Where rollout correction is computed, so that every path gives verl 0.9's numbers:
+
+        * "batch": decoupled with old log-probs from the separate pass: once, here, over this
+          rank's rows; weights and the rejection mask join the rows (`rollout_is_weights`, a
+          narrowed `response_mask`, as verl's driver does), and batch normalisation averages
+          over all ranks, so "batch" is the whole training batch, as in verl's decoupled mode.
+        * "micro": decoupled on-policy (no separate pass): pi_old is each micro-batch's own
+          detached forward; token and sequence weights need nothing beyond the micro-batch's
+          whole rows. Rejection and normalisation need the whole batch first, so the driver
+          keeps the old log-prob pass for them (PPOTrainer.on_policy_update).
+        * "bypass": pi_rollout is the anchor (the driver sent it as old_log_probs); weights and
+          rejection follow pi_theta, so they are computed per micro-batch in the loss, and
+          normalisation averages over the micro-batch on all ranks, as verl's bypass mode.
+        """
+        if settings is None:
+            return data, None
+        if "rollout_log_probs" not in data.batch.keys():
+            raise ValueError("rollout correction needs the engine's log-probs (rollout_log_probs) in the batch")
+        if settings.bypass:
+            return data, "bypass"
+        if on_policy:
+            if settings.needs_whole_batch:
+                raise ValueError(
+                    "rollout correction with rejection sampling or batch-normalised weights needs old_log_probs of the "
+                    "whole batch before the update; the trainer runs the old log-prob pass for it"
+                )
+            return data, "micro"
+        batch = data.batch
+        corr = compute_correction(batch["old_log_probs"], batch["rollout_log_probs"], batch["response_mask"], settings, _all_reduce)
+        stats.merge(corr.stats)
+        data = data.select()  # a new container: the caller's rows keep their own mask
+        if corr.weights is not None:
+            data.batch["rollout_is_weights"] = corr.weights
+        if corr.keep is not None:
+            mask = batch["response_mask"]
+            data.batch["response_mask"] = (mask * corr.keep).to(mask.dtype)
+        return data, "batch"
+
+    def _update_keys(self, data: DataProto, on_policy: bool, settings) -> list[str]:
         cfg = self.config
         keys = ["responses", "input_ids", "attention_mask", "position_ids", "response_mask", "advantages"]
         if not on_policy:
             keys.append("old_log_probs")
         if cfg.use_kl_loss:
             keys.append("ref_log_prob")
-        has_rollout_lp = "rollout_log_probs" in data.batch.keys()
-        use_tis = cfg.tis_imp_ratio_cap > 0 and has_rollout_lp
-        if use_tis or (on_policy and has_rollout_lp):
+        present = data.batch.keys()
+        if "rollout_log_probs" in present and (settings is not None or on_policy):
             keys.append("rollout_log_probs")
+        if "rollout_is_weights" in present:
+            keys.append("rollout_is_weights")
         return keys
+
+
+def _all_reduce(values: torch.Tensor, kind: str) -> torch.Tensor:
+    """Element-wise sum, max or min of float64 `values` over all ranks."""
+    if world_size() == 1:
+        return values
+    op = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}[kind]
+    reduced = values.to(device=current_device(), dtype=torch.float64)
+    dist.all_reduce(reduced, op=op)
+    return reduced.to(values.device)
 
 
 class _PolicyMicroLoss:
     """The policy loss of one micro-batch (a `MicroLoss` for the shared optimizer step):
     policy gradient, minus the entropy bonus, plus the KL loss; metrics weighted."""
 
-    def __init__(self, actor: DataParallelPPOActor, config, temperature: float, on_policy: bool, has_rollout_lp: bool):
+    def __init__(self, actor: DataParallelPPOActor, config, temperature: float, on_policy: bool, has_rollout_lp: bool,
+                 settings=None, where: str | None = None, stats: Stats | None = None):
         self.actor = actor
         self.config = config
         self.temperature = temperature
         self.on_policy = on_policy
         self.has_rollout_lp = has_rollout_lp
+        self.settings = settings
+        self.where = where  # None, "batch", "micro" or "bypass" (DataParallelPPOActor._correct)
+        self.stats = stats
+        # Bypass mode skipped the old log-prob pass too: the update reports what it would have.
+        self.reports_pass_metrics = on_policy or where == "bypass"
         self.policy_loss_fn = get_policy_loss_fn(config.policy_loss.loss_mode)
         self.logp_diff_max = 0.0
 
@@ -173,22 +247,12 @@ class _PolicyMicroLoss:
         mask = micro["response_mask"]
         metrics: dict[str, float] = {}
         log_prob, entropy = self.actor.forward_micro(
-            micro, self.temperature, entropy_coeff != 0 or self.on_policy, entropy_grad=entropy_coeff != 0
+            micro, self.temperature, entropy_coeff != 0 or self.reports_pass_metrics, entropy_grad=entropy_coeff != 0
         )
-        if self.on_policy:
-            old_log_prob = log_prob.detach()
-            metrics.update(self._skipped_pass_metrics(micro, old_log_prob, entropy, counts, weight))
-        else:
-            old_log_prob = micro["old_log_probs"]
-        pg_loss, pg_metrics = self.policy_loss_fn(
-            old_log_prob=old_log_prob,
-            log_prob=log_prob,
-            advantages=micro["advantages"],
-            response_mask=mask,
-            loss_agg_mode=mode,
-            config=cfg,
-            rollout_log_probs=micro.get("rollout_log_probs"),
-        )
+        if self.reports_pass_metrics:
+            metrics.update(self._skipped_pass_metrics(micro, log_prob.detach(), entropy, counts, weight))
+        old_log_prob = log_prob.detach() if self.on_policy else micro["old_log_probs"]
+        pg_loss, pg_metrics = self._policy_gradient(micro, log_prob, old_log_prob)
         loss = pg_loss
         if entropy_coeff != 0:
             ent = agg_loss(entropy, mask, mode)
@@ -203,12 +267,43 @@ class _PolicyMicroLoss:
             metrics[name] = float(value) * weight
         return loss, metrics
 
-    def _skipped_pass_metrics(self, micro: dict, old_log_prob, entropy, counts: MiniBatchCounts, weight: float) -> dict:
+    def _policy_gradient(self, micro: dict, log_prob: torch.Tensor, old_log_prob: torch.Tensor):
+        """The policy loss with rollout correction applied where this update computes it."""
+        cfg, mask, advantages = self.config, micro["response_mask"], micro["advantages"]
+        weights = micro.get("rollout_is_weights")  # "batch": computed for the whole batch
+        if self.where in ("micro", "bypass"):
+            current = log_prob.detach() if self.where == "bypass" else old_log_prob
+            corr = compute_correction(current, micro["rollout_log_probs"], mask, self.settings, _all_reduce)
+            self.stats.merge(corr.stats)
+            weights = corr.weights
+        if self.where != "bypass":
+            return self.policy_loss_fn(
+                old_log_prob=old_log_prob, log_prob=log_prob, advantages=advantages, response_mask=mask,
+                loss_agg_mode=cfg.loss_agg_mode, config=cfg, rollout_is_weights=weights,
+            )
+        # Bypass: the engine's log-probs are the anchor (the driver also sends them as
+        # old_log_probs); rejected tokens leave the numerator only.
+        anchor = micro["rollout_log_probs"]
+        kept = mask if corr.keep is None else (mask * corr.keep).to(mask.dtype)
+        if self.settings.loss_type == "reinforce":
+            pg_loss, pg_metrics = compute_policy_loss_reinforce(
+                anchor, log_prob, advantages, kept, cfg.loss_agg_mode, cfg, rollout_is_weights=weights
+            )
+        else:  # ppo_clip: the ratio pi_theta / pi_rollout already is the correction; weights are metrics only
+            pg_loss, pg_metrics = self.policy_loss_fn(
+                old_log_prob=anchor, log_prob=log_prob, advantages=advantages, response_mask=kept,
+                loss_agg_mode=cfg.loss_agg_mode, config=cfg, rollout_is_weights=None,
+            )
+        if corr.keep is not None:
+            pg_loss = pg_loss * rejected_loss_scale(mask, kept, cfg.loss_agg_mode).to(pg_loss.dtype)
+        return pg_loss, pg_metrics
+
+    def _skipped_pass_metrics(self, micro: dict, current_log_prob, entropy, counts: MiniBatchCounts, weight: float) -> dict:
         """What the skipped old log-prob pass would have reported: entropy, engine/trainer gap."""
         mask = micro["response_mask"]
         metrics = {"actor/entropy": float(agg_loss(entropy.detach(), mask, self.config.loss_agg_mode)) * weight}
         if self.has_rollout_lp:
-            diff = (micro["rollout_log_probs"] - old_log_prob).abs()[mask.bool()]
+            diff = (micro["rollout_log_probs"] - current_log_prob).abs()[mask.bool()]
             metrics["rollout/logp_abs_diff_mean"] = float(diff.sum()) / counts.tokens
             self.logp_diff_max = max(self.logp_diff_max, float(diff.max()) if diff.numel() else 0.0)
         return metrics

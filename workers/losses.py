@@ -18,7 +18,8 @@ Differences from verl, on purpose:
     ``actor/pg_clipfrac_lower`` as detached tensors (zero where a loss has no such notion),
     so the actor can average them without branching and without a device sync per call;
   * every policy loss clamps the log-ratio to [-20, 20] before ``exp`` (verl skips it in
-    clip_cov / kl_cov), and truncated importance sampling is one helper used by all losses;
+    clip_cov / kl_cov), and every one multiplies in the rollout-correction weights
+    (``rollout_is_weights``, computed in workers/rollout_correction.py) through one helper;
   * unknown names raise ``ValueError`` listing the valid ones.
 """
 
@@ -269,23 +270,16 @@ def get_policy_loss_fn(name: str) -> PolicyLossFn:
     return POLICY_LOSS_REGISTRY[name]
 
 
-def apply_truncated_is(
-    pg_losses: torch.Tensor,
-    old_log_prob: torch.Tensor,
-    rollout_log_probs: torch.Tensor | None,
-    config: Any,
-) -> torch.Tensor:
-    """Truncated importance sampling against the rollout engine (Yao et al., "off-policy RL").
+def apply_truncated_is(pg_losses: torch.Tensor, rollout_is_weights: torch.Tensor | None) -> torch.Tensor:
+    """``pg_losses`` times the rollout-correction importance weights, or unchanged without them.
 
-    When ``rollout_log_probs`` is given and ``config.tis_imp_ratio_cap > 0``, returns
-    ``pg_losses * min(exp(old_log_prob - rollout_log_probs), cap)`` with the weight detached;
-    otherwise ``pg_losses`` unchanged.
+    Every policy loss calls this after its own clipping, as verl 0.9 multiplies
+    ``rollout_is_weights`` in. The weights (``workers/rollout_correction.py``: token or
+    sequence level, truncated or IcePop-zeroed, maybe batch-normalised) arrive detached.
     """
-    cap = float(config.tis_imp_ratio_cap)
-    if rollout_log_probs is None or cap <= 0:
+    if rollout_is_weights is None:
         return pg_losses
-    log_w = torch.clamp(old_log_prob - rollout_log_probs, min=-20.0, max=20.0)
-    return pg_losses * torch.clamp(torch.exp(log_w), max=cap).detach()
+    return pg_losses * rollout_is_weights
 
 
 def _log_ratio(log_prob: torch.Tensor, old_log_prob: torch.Tensor) -> torch.Tensor:
@@ -302,7 +296,7 @@ def _metrics(clipfrac: torch.Tensor | float, ppo_kl: torch.Tensor, clipfrac_lowe
 
 @register_policy_loss("vanilla")
 def compute_policy_loss_vanilla(
-    old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None, rollout_log_probs=None
+    old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None, rollout_is_weights=None
 ):
     """PPO clip with asymmetric range and dual clip.
 
@@ -329,7 +323,7 @@ def compute_policy_loss_vanilla(
     pg_clipfrac_lower = masked_mean((torch.gt(clip_pg_losses1, pg_losses3) & (advantages < 0)).float(), response_mask)
 
     pg_losses = torch.where(advantages < 0, clip_pg_losses2, clip_pg_losses1)
-    pg_losses = apply_truncated_is(pg_losses, old_log_prob, rollout_log_probs, config)
+    pg_losses = apply_truncated_is(pg_losses, rollout_is_weights)
     pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
     return pg_loss, _metrics(pg_clipfrac, ppo_kl, pg_clipfrac_lower, pg_loss)
 
@@ -337,7 +331,7 @@ def compute_policy_loss_vanilla(
 @register_policy_loss("gspo")
 def compute_policy_loss_gspo(
     old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="seq-mean-token-mean", config=None,
-    rollout_log_probs=None,
+    rollout_is_weights=None,
 ):
     """GSPO (https://arxiv.org/abs/2507.18071): a sequence-level ratio, the geometric mean of
     the token ratios, ``s_i = exp(mean_t(logp - old))``, clipped PPO-style.
@@ -360,7 +354,7 @@ def compute_policy_loss_gspo(
     pg_losses1 = -advantages * seq_ratio
     pg_losses2 = -advantages * torch.clamp(seq_ratio, 1 - low, 1 + high)
     pg_losses = torch.maximum(pg_losses1, pg_losses2)
-    pg_losses = apply_truncated_is(pg_losses, old_log_prob, rollout_log_probs, config)
+    pg_losses = apply_truncated_is(pg_losses, rollout_is_weights)
     pg_loss = agg_loss(pg_losses, response_mask, "seq-mean-token-mean")
 
     pg_clipfrac = masked_mean(torch.gt(pg_losses2, pg_losses1).float(), response_mask)
@@ -370,7 +364,7 @@ def compute_policy_loss_gspo(
 
 @register_policy_loss("clip_cov")
 def compute_policy_loss_clip_cov(
-    old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None, rollout_log_probs=None
+    old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None, rollout_is_weights=None
 ):
     """Clip-Cov (https://arxiv.org/abs/2505.22617): PPO clip, plus the gradient of a few
     tokens with large advantage/log-prob covariance is cut.
@@ -407,14 +401,14 @@ def compute_policy_loss_clip_cov(
     pg_clipfrac = masked_mean((corr == 0).float(), response_mask)
 
     pg_losses = torch.maximum(pg_losses1, pg_losses2) * corr
-    pg_losses = apply_truncated_is(pg_losses, old_log_prob, rollout_log_probs, config)
+    pg_losses = apply_truncated_is(pg_losses, rollout_is_weights)
     pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
     return pg_loss, _metrics(pg_clipfrac, ppo_kl, 0.0, pg_loss)
 
 
 @register_policy_loss("kl_cov")
 def compute_policy_loss_kl_cov(
-    old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None, rollout_log_probs=None
+    old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None, rollout_is_weights=None
 ):
     """KL-Cov (https://arxiv.org/abs/2505.22617): unclipped ``-A r``, except on the
     ``max(1, int(kl_cov_ratio * n_valid))`` valid tokens with the largest covariance
@@ -444,14 +438,14 @@ def compute_policy_loss_kl_cov(
             select = torch.zeros_like(valid)
             select[valid] = penalised
         pg_losses = torch.where(select, pg_losses + ppo_kl_coef * abs_kl, pg_losses)
-    pg_losses = apply_truncated_is(pg_losses, old_log_prob, rollout_log_probs, config)
+    pg_losses = apply_truncated_is(pg_losses, rollout_is_weights)
     pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
     return pg_loss, _metrics(0.0, ppo_kl_abs, 0.0, pg_loss)
 
 
 @register_policy_loss("cispo")
 def compute_policy_loss_cispo(
-    old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None, rollout_log_probs=None
+    old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None, rollout_is_weights=None
 ):
     """CISPO (https://arxiv.org/abs/2506.13585): clip the importance weight, not the update.
 
@@ -466,7 +460,7 @@ def compute_policy_loss_cispo(
     clipped = torch.clamp(ratio, 1 - low, 1 + high)
     pg_losses = -clipped.detach() * advantages * log_prob
     pg_clipfrac = masked_mean((ratio != clipped).float(), response_mask)
-    pg_losses = apply_truncated_is(pg_losses, old_log_prob, rollout_log_probs, config)
+    pg_losses = apply_truncated_is(pg_losses, rollout_is_weights)
     pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
     return pg_loss, _metrics(pg_clipfrac, ppo_kl, 0.0, pg_loss)
 
@@ -474,7 +468,7 @@ def compute_policy_loss_cispo(
 @register_policy_loss("sapo")
 def compute_policy_loss_sapo(
     old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="seq-mean-token-mean", config=None,
-    rollout_log_probs=None,
+    rollout_is_weights=None,
 ):
     """SAPO, Soft Adaptive Policy Optimization (https://arxiv.org/abs/2511.20347).
 
@@ -498,21 +492,36 @@ def compute_policy_loss_sapo(
     taus = torch.where(advantages > 0, torch.full_like(ratio, tau_pos), torch.full_like(ratio, tau_neg))
     gates = torch.sigmoid(taus * (ratio - 1.0)) * (4.0 / taus)
     pg_losses = -gates * advantages
-    pg_losses = apply_truncated_is(pg_losses, old_log_prob, rollout_log_probs, config)
+    pg_losses = apply_truncated_is(pg_losses, rollout_is_weights)
     pg_loss = agg_loss(pg_losses, response_mask, "seq-mean-token-mean")
     return pg_loss, _metrics(0.0, ppo_kl, 0.0, pg_loss)
 
 
 @register_policy_loss("gpg")
 def compute_policy_loss_gpg(
-    old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None, rollout_log_probs=None
+    old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None, rollout_is_weights=None
 ):
     """GPG (https://arxiv.org/abs/2504.02546): plain policy gradient ``L = -logp * A``, no ratio.
     ``actor/ppo_kl`` is still reported for monitoring; the clip fractions are 0."""
     pg_losses = -log_prob * advantages
-    pg_losses = apply_truncated_is(pg_losses, old_log_prob, rollout_log_probs, config)
+    pg_losses = apply_truncated_is(pg_losses, rollout_is_weights)
     pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
     ppo_kl = masked_mean(-_log_ratio(log_prob, old_log_prob), response_mask)
+    return pg_loss, _metrics(0.0, ppo_kl, 0.0, pg_loss)
+
+
+def compute_policy_loss_reinforce(
+    rollout_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None, rollout_is_weights=None
+):
+    """REINFORCE against the rollout engine (verl 0.9's ``loss_type=reinforce`` in bypass mode):
+    ``L = -A * w * logp`` with the detached weights ``w`` (pi_theta / pi_rollout; none when
+    ``rollout_is`` is off), no ratio and no clipping. Not a ``loss_mode``: bypass mode picks it.
+    ``actor/ppo_kl`` is the masked mean of ``rollout_log_prob - logp``; the clip fractions are 0.
+    """
+    pg_losses = -advantages * log_prob
+    pg_losses = apply_truncated_is(pg_losses, rollout_is_weights)
+    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
+    ppo_kl = masked_mean(rollout_log_prob - log_prob.detach(), response_mask)
     return pg_loss, _metrics(0.0, ppo_kl, 0.0, pg_loss)
 
 

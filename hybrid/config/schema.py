@@ -24,7 +24,7 @@ from hybrid.config.registries import (
     policy_losses,
     reward_managers,
 )
-from hybrid.config.typed import INVALID, Annotated, AsList, Fixed, Fraction, NonNegative, OneOf, Positive, Problems, fmt
+from hybrid.config.typed import INVALID, Annotated, AsList, AtLeast, Fixed, Fraction, NonNegative, OneOf, Positive, Problems, fmt
 
 PositiveInt = Annotated[int, Positive()]
 OptionalPositiveInt = Annotated[int | None, Positive()]
@@ -123,8 +123,8 @@ class OptimConfig:
         return self.lr_scheduler_type or self.warmup_style
 
     def check(self, prefix: str, problems: Problems) -> None:
-        if _ok(self.betas) and len(self.betas) != 2:
-            problems.add(f"{prefix}.betas={fmt(self.betas)} must be two numbers [beta1, beta2]")
+        if _ok(self.betas) and (len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas)):
+            problems.add(f"{prefix}.betas={fmt(self.betas)} must be two numbers in [0, 1): [beta1, beta2]")
 
 
 @dataclass(frozen=True)
@@ -185,15 +185,15 @@ class ActorConfig:
     use_dynamic_bsz: bool
     ppo_max_token_len_per_gpu: PositiveInt
     grad_clip: Annotated[float, Positive()]
-    clip_ratio: float
+    clip_ratio: Annotated[float, NonNegative()]
     clip_ratio_low: float | None  # null: clip_ratio (verl)
     clip_ratio_high: float | None
-    clip_ratio_c: float
+    clip_ratio_c: Annotated[float, AtLeast(1, strict=True, note=" (the dual-clip bound)")]
     loss_agg_mode: Annotated[str, OneOf(loss_agg_modes)]
     policy_loss: PolicyLossConfig
     entropy_coeff: float
     use_kl_loss: bool
-    kl_loss_coef: float
+    kl_loss_coef: Annotated[float, NonNegative()]
     kl_loss_type: str
     ppo_epochs: PositiveInt
     shuffle: bool
@@ -218,7 +218,7 @@ class RefConfig:
 
 @dataclass(frozen=True)
 class ValKwargsConfig:
-    top_k: int
+    top_k: Annotated[int, AtLeast(-1, note=" (-1: no top-k filter)")]
     top_p: Annotated[float, Fraction(open_low=True)]
     temperature: Annotated[float, NonNegative()]
     n: PositiveInt
@@ -255,7 +255,7 @@ class RolloutConfig:
     name: Annotated[str, OneOf(lambda: ("vllm", "hf"), unsupported=(("sglang", "hybrid's rollout engines are in-process vLLM and Hugging Face generate"),))]
     mode: Annotated[str, Fixed(("sync",), "hybrid generates in-process, one batch at a time (no async server mode)")]
     temperature: Annotated[float, NonNegative()]
-    top_k: int
+    top_k: Annotated[int, AtLeast(-1, note=" (-1: no top-k filter)")]
     top_p: Annotated[float, Fraction(open_low=True)]
     do_sample: bool
     min_p: Annotated[float, Fraction()]
@@ -263,7 +263,7 @@ class RolloutConfig:
     presence_penalty: Annotated[float, Fraction(low=-2.0, high=2.0)]
     frequency_penalty: Annotated[float, Fraction(low=-2.0, high=2.0)]
     stop: Annotated[tuple[str, ...] | None, AsList()]
-    stop_token_ids: tuple[int, ...] | None
+    stop_token_ids: tuple[Annotated[int, NonNegative()], ...] | None
     prompt_length: PositiveInt
     response_length: PositiveInt
     dtype: Annotated[str, OneOf(lambda: ("auto", "bfloat16", "float16", "float32"))]
@@ -342,7 +342,7 @@ class CriticConfig:
     ppo_epochs: PositiveInt
     shuffle: bool
     grad_clip: Annotated[float, Positive()]
-    cliprange_value: float
+    cliprange_value: Annotated[float, NonNegative()]
     loss_agg_mode: Annotated[str, OneOf(loss_agg_modes)]
     checkpoint: CheckpointConfig
 
@@ -401,6 +401,76 @@ class FilterGroupsConfig:
     max_num_gen_batches: Annotated[int, NonNegative(" (0: no limit)")]
 
 
+def _is_levels() -> tuple[str, ...]:
+    from workers.rollout_correction import IS_LEVELS
+
+    return IS_LEVELS
+
+
+def _loss_types() -> tuple[str, ...]:
+    from workers.rollout_correction import LOSS_TYPES
+
+    return LOSS_TYPES
+
+
+@dataclass(frozen=True)
+class RolloutCorrectionConfig:
+    """`algorithm.rollout_correction`, verl 0.9's off-policy correction (workers/rollout_correction.py)."""
+
+    rollout_is: Annotated[str | None, OneOf(
+        _is_levels,
+        unsupported=(("geometric", "verl 0.9 has no geometric weights; reject by the geometric mean ratio with rollout_rs=seq_mean_k1"),),
+    )]
+    rollout_is_threshold: float | str | None
+    rollout_is_batch_normalize: bool
+    rollout_rs: str | None
+    rollout_rs_threshold: float | str | None
+    bypass_mode: bool
+    loss_type: Annotated[str, OneOf(_loss_types)]
+
+    @property
+    def reads_old_log_probs_first(self) -> bool:
+        """Decoupled rejection or batch normalisation needs pi_old of the whole batch before
+        the update, so the old log-prob pass runs even for an on-policy update."""
+        return not self.bypass_mode and (
+            self.rollout_rs is not None or (self.rollout_is is not None and self.rollout_is_batch_normalize is True)
+        )
+
+    def check(self, problems: Problems, actor: ActorConfig) -> None:
+        """Threshold syntax and the rules between keys (and with the actor's older TIS key)."""
+        from workers.rollout_correction import parse_is_threshold, parse_rejection
+
+        key = "algorithm.rollout_correction"
+        if self.rollout_is is not None and self.rollout_is_threshold is None:
+            problems.add(f"{key}.rollout_is={fmt(self.rollout_is)} needs rollout_is_threshold (a number: TIS; 'lower_upper': IcePop)")
+        elif self.rollout_is is not None and _ok(self.rollout_is, self.rollout_is_threshold):
+            try:
+                parse_is_threshold(self.rollout_is_threshold)
+            except ValueError as err:
+                problems.add(f"{key}.rollout_is_threshold={fmt(self.rollout_is_threshold)}: {err}")
+        if self.rollout_rs is not None and _ok(self.rollout_rs, self.rollout_rs_threshold):
+            try:
+                parse_rejection(self.rollout_rs, self.rollout_rs_threshold)
+            except ValueError as err:
+                problems.add(f"{key}.rollout_rs={fmt(self.rollout_rs)} with rollout_rs_threshold={fmt(self.rollout_rs_threshold)}: {err}")
+        if self.rollout_is_batch_normalize is True and self.rollout_is is None:
+            problems.add(f"{key}.rollout_is_batch_normalize=True normalises importance weights, but rollout_is=null computes none; set rollout_is=token or sequence")
+        if self.loss_type == "reinforce" and self.bypass_mode is False:
+            problems.add(f"{key}.loss_type='reinforce' is the loss of bypass mode (verl ignores it otherwise); set bypass_mode=true or loss_type=ppo_clip")
+        if self.loss_type == "reinforce" and self.bypass_mode is True and _ok(actor.policy_loss.loss_mode) and actor.policy_loss.loss_mode != "vanilla":
+            problems.add(
+                f"{key}.loss_type='reinforce' replaces the policy loss, so actor_rollout_ref.actor.policy_loss.loss_mode="
+                f"{actor.policy_loss.loss_mode!r} would be ignored; set loss_mode=vanilla or loss_type=ppo_clip"
+            )
+        on = self.rollout_is is not None or self.rollout_rs is not None or self.bypass_mode is True
+        cap = actor.tis_imp_ratio_cap
+        if on and _ok(cap) and cap > 0:
+            problems.add(
+                f"actor_rollout_ref.actor.tis_imp_ratio_cap={cap} is verl's older spelling of {key}.rollout_is=token "
+                f"rollout_is_threshold={cap}; with {key} also set, write only {key} (and tis_imp_ratio_cap=-1)"
+            )
+
+
 @dataclass(frozen=True)
 class AlgorithmConfig:
     gamma: Annotated[float, Fraction()]
@@ -411,6 +481,7 @@ class AlgorithmConfig:
     kl_penalty: str
     kl_ctrl: KLControlConfig
     filter_groups: FilterGroupsConfig
+    rollout_correction: RolloutCorrectionConfig
 
 
 @dataclass(frozen=True)

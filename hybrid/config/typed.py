@@ -22,6 +22,7 @@ __all__ = [
     "INVALID",
     "Annotated",
     "AsList",
+    "AtLeast",
     "Fixed",
     "Fraction",
     "NonNegative",
@@ -65,6 +66,15 @@ class Positive:
 class NonNegative:
     """A number >= 0."""
 
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class AtLeast:
+    """A number >= `bound` (> `bound` when `strict`)."""
+
+    bound: float
+    strict: bool = False
     note: str = ""
 
 
@@ -240,6 +250,10 @@ def _first_problem(key: str, value: Any, extras: tuple, tail: str) -> str | None
             if value < 0:
                 kind = "an integer" if _is_int(value) else "a number"
                 return f"{key}={fmt(value)} must be {kind} >= 0{extra.note}"
+        elif isinstance(extra, AtLeast):
+            if value < extra.bound or (extra.strict and value == extra.bound):
+                sign = ">" if extra.strict else ">="
+                return f"{key}={fmt(value)} must be {sign} {extra.bound:g}{extra.note}"
         elif isinstance(extra, Fraction):
             low_ok = value > extra.low if extra.open_low else value >= extra.low
             if not (low_ok and value <= extra.high):
@@ -304,7 +318,13 @@ def _check_items(key: str, value: tuple, alternatives: list[Any], problems: Prob
     """A list whose items must each be one of a registry's names."""
     for alt in alternatives:
         if get_origin(alt) in (list, tuple) and get_args(alt):
-            for extra in _split(get_args(alt)[0])[1]:
+            extras = _split(get_args(alt)[0])[1]
+            for item in value:
+                problem = _first_problem(f"{key}[]", item, tuple(e for e in extras if not isinstance(e, OneOf)), "")
+                if problem:
+                    problems.add(f"{key}={fmt(value)}: {problem.removeprefix(f'{key}[]=')}")
+                    return INVALID
+            for extra in extras:
                 if isinstance(extra, OneOf):
                     allowed = tuple(extra.choices())
                     unknown = [v for v in value if v not in allowed]

@@ -428,32 +428,40 @@ ALL_LOSS_CFG = actor_section(policy_loss={"clip_cov_lb": 1e6, "clip_cov_ub": 2e6
 
 
 @pytest.mark.parametrize("name", sorted(L.POLICY_LOSS_REGISTRY))
-def test_truncated_is_scales_every_loss_by_the_capped_detached_weight(name):
+def test_rollout_is_weights_scale_every_loss(name):
+    # Rollout-correction weights (workers/rollout_correction.py) multiply every loss after its clipping.
     fn = L.get_policy_loss_fn(name)
     old, logp = _ratio_case(COV_LR, COV_LOGP)
     adv, mask = t(COV_ADV), t(COV_MASK)
     plain, _ = fn(old, logp, adv, mask, "token-mean", ALL_LOSS_CFG)
-    # exp(old - rollout) = 2 everywhere (under the cap of 5): every aggregation is linear -> loss x2
-    rollout = (old - LN(2)).requires_grad_()
-    cfg = dataclasses.replace(ALL_LOSS_CFG, tis_imp_ratio_cap=5.0)
-    weighted, metrics = fn(old, logp, adv, mask, "token-mean", cfg, rollout_log_probs=rollout)
+    # a weight of 2 on every token: every aggregation is linear -> loss x2
+    weighted, metrics = fn(old, logp, adv, mask, "token-mean", ALL_LOSS_CFG, rollout_is_weights=torch.full_like(old, 2.0))
     close(weighted, 2 * plain)
-    assert torch.autograd.grad(weighted, rollout, allow_unused=True)[0] is None  # detached weight
-    # a cap of 1.5 truncates the weight of 2
-    capped, _ = fn(old, logp, adv, mask, "token-mean", dataclasses.replace(cfg, tis_imp_ratio_cap=1.5), rollout_log_probs=rollout)
-    close(capped, 1.5 * plain)
-    # cap <= 0 or no rollout log-probs: untouched
-    close(fn(old, logp, adv, mask, "token-mean", ALL_LOSS_CFG, rollout_log_probs=rollout)[0], plain)
-    close(fn(old, logp, adv, mask, "token-mean", cfg, rollout_log_probs=None)[0], plain)
+    close(fn(old, logp, adv, mask, "token-mean", ALL_LOSS_CFG, rollout_is_weights=None)[0], plain)
     assert set(metrics) >= {"actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower"}
     assert all(torch.is_tensor(v) and not v.requires_grad for v in metrics.values())
 
 
-def test_truncated_is_per_token_weights():
-    pg = t([[1.0, 1.0, 1.0]])
-    old = t([[0.0, 0.0, 0.0]])
-    rollout = t([[-LN(2), LN(2), -LN(10)]])  # weights 2, 0.5, 10 -> capped at 3
-    close(L.apply_truncated_is(pg, old, rollout, actor_section(tis_imp_ratio_cap=3.0)), [[2.0, 0.5, 3.0]])
+def test_truncated_is_applies_per_token_weights():
+    pg = t([[1.0, -2.0, 3.0]])
+    close(L.apply_truncated_is(pg, t([[2.0, 0.5, 0.0]])), [[2.0, -1.0, 0.0]])
+    assert L.apply_truncated_is(pg, None) is pg
+
+
+def test_reinforce_loss_by_hand():
+    # verl 0.9's bypass loss_type=reinforce: L = -A * w * logp, aggregated; no ratio, no clip.
+    logp = t([[LN(0.5), LN(0.25), 0.0]]).requires_grad_()
+    rollout = t([[LN(0.4), LN(0.25), 5.0]])
+    adv, mask = t([[1.0, -2.0, 7.0]]), t([[1, 1, 0]])
+    weights = t([[1.25, 1.0, 0.0]])
+    loss, m = L.compute_policy_loss_reinforce(rollout, logp, adv, mask, "token-mean", None, rollout_is_weights=weights)
+    close(loss, (-1.0 * 1.25 * LN(0.5) + 2.0 * 1.0 * LN(0.25)) / 2)
+    (grad,) = torch.autograd.grad(loss, logp)
+    close(grad, [[-1.25 / 2, 2.0 / 2, 0.0]])  # -A w / tokens: the weight is a constant
+    close(m["actor/ppo_kl"], ((LN(0.4) - LN(0.5)) + 0.0) / 2)  # mean(rollout - logp)
+    close(m["actor/pg_clipfrac"], 0.0)
+    plain, _ = L.compute_policy_loss_reinforce(rollout, logp, adv, mask, "seq-mean-token-sum")
+    close(plain, -LN(0.5) + 2.0 * LN(0.25))  # one sequence: the token sum of -A logp
 
 
 def test_policy_loss_registry():
@@ -464,7 +472,7 @@ def test_policy_loss_registry():
 
     @L.register_policy_loss("test_custom_loss")
     def custom(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None,
-               rollout_log_probs=None):
+               rollout_is_weights=None):
         return log_prob.sum(), {}
 
     try:

@@ -137,6 +137,11 @@ def test_keys_hybrid_cannot_honour_are_refused(override, needle):
         (f"{ARR}.actor.optim.lr_warmup_steps_ratio=2", f"{ARR}.actor.optim.lr_warmup_steps_ratio=2 must be in [0, 1]"),
         ("algorithm.gamma=1.5", "algorithm.gamma=1.5 must be in [0, 1]"),
         ("trainer.seed=abc", "trainer.seed='abc' must be an integer"),
+        (f"{ARR}.rollout.top_k=-5", f"{ARR}.rollout.top_k=-5 must be >= -1"),
+        (f"{ARR}.actor.clip_ratio_c=0.5", f"{ARR}.actor.clip_ratio_c=0.5 must be > 1"),
+        (f"{ARR}.actor.optim.betas=[0.9,1.5]", f"{ARR}.actor.optim.betas=[0.9, 1.5] must be two numbers in [0, 1)"),
+        (f"{ARR}.rollout.stop_token_ids=[-3]", f"{ARR}.rollout.stop_token_ids=[-3]: -3 must be an integer >= 0"),
+        ("critic.cliprange_value=-1", "critic.cliprange_value=-1 must be a number >= 0"),
     ],
 )
 def test_value_ranges(override, needle):
