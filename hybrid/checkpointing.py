@@ -16,6 +16,9 @@ which resume never reads and removes. Retention (`max_actor_ckpt_to_keep`,
 `max_critic_ckpt_to_keep`) runs after the rename, so the newest complete checkpoint is
 never deleted to make room for one that may not finish.
 
+A run stopped by SIGTERM or Ctrl-C saves its last finished step the same way
+(`save_on_stop`), so resuming from it is the same as resuming from a scheduled save.
+
 This module's top level imports only the standard library: config validation uses the
 folder checks without loading torch.
 """
@@ -159,6 +162,7 @@ def load_checkpoint(trainer) -> int:
     # Resolved first: a resume_from_path naming a partial folder is reported as partial.
     path = resume_checkpoint(trainer.config, trainer.use_critic)
     remove_partial_checkpoints(root)  # never resumable, whatever the mode
+    trainer.last_checkpoint = None  # (step, folder) of the newest checkpoint this run has
     if path is None:
         if trainer.config.trainer.resume_mode == "auto":
             print(f"checkpoint: no complete checkpoint under {root}; starting from step 0", flush=True)
@@ -174,6 +178,7 @@ def load_checkpoint(trainer) -> int:
         trainer.kl_ctrl.value = float(data["kl_coef"])
     step = int(data["global_step"])
     trainer.global_steps = step
+    trainer.last_checkpoint = (step, path)
     print(f"checkpoint: resumed from {path} at step {step} in {time.perf_counter() - start:.2f} s", flush=True)
     return step
 
@@ -218,12 +223,27 @@ def save_checkpoint(trainer) -> float:
     torch.save(data, os.path.join(temp, DATA_FILE))
     _publish(temp, final)
     _write_tracker(root, step)
+    trainer.last_checkpoint = (step, final)
     apply_retention(root, step, {"actor": cfg.max_actor_ckpt_to_keep, "critic": cfg.max_critic_ckpt_to_keep})
     seconds = time.perf_counter() - start
     print(f"checkpoint: saved {final} in {seconds:.2f} s", flush=True)
     if _last_step(trainer) and cfg.merge_on_finish:
         merge_final_actor(os.path.join(final, "actor"))
     return seconds
+
+
+def save_on_stop(trainer) -> str | None:
+    """The checkpoint of the last finished step (`trainer.global_steps`) for a run stopped by
+    a signal: saved now unless this run saved or resumed from that very step; None when
+    checkpointing is off (trainer.save_freq <= 0) or no step has run."""
+    step = int(trainer.global_steps)
+    if trainer.config.trainer.save_freq <= 0 or step <= 0:
+        return None
+    last = getattr(trainer, "last_checkpoint", None)
+    if last is not None and last[0] == step:
+        return last[1]
+    save_checkpoint(trainer)
+    return step_dir(_root(trainer), step)
 
 
 def merge_final_actor(actor_dir: str) -> str:

@@ -398,7 +398,7 @@ class StatefulDataLoader:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if drop_last and len(dataset) < batch_size:
-            raise ValueError(
+            raise DataError(
                 f"the dataset has {len(dataset)} rows, fewer than one batch of {batch_size}; lower the batch size "
                 f"(data.train_batch_size) or add data"
             )
@@ -461,7 +461,7 @@ class StatefulDataLoader:
     def load_state_dict(self, state: dict) -> None:
         for key, current in (("dataset_len", len(self.dataset)), ("batch_size", self.batch_size)):
             if state[key] != current:
-                raise ValueError(
+                raise DataError(
                     f"the saved data loader state has {key}={state[key]}, this loader has {current}: the saved "
                     f"position does not apply; resume with the same data and batch size, or start fresh "
                     f"(trainer.resume_mode=disable)"

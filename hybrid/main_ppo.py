@@ -5,22 +5,27 @@ configuration (a typo names the nearest real key) and free-form keys are rewritt
 accepts them. Hydra then composes `config/ppo_trainer.yaml` (`--cfg job` prints it without
 resolving anything); `main` turns the result into the frozen, checked `HybridConfig`
 (hybrid/config/validate.py: plug-ins imported, every problem listed) and hands it to
-`run_ppo`. Configuration errors end the process with status 2 and the message, without a
-traceback.
+`run_ppo`. Before that, `hybrid.preflight.check_inputs` looks at the model folders, data
+files and reward function the config names, so a wrong path or a data file without the
+prompt column fails in seconds, every such problem listed at once.
+
+Every failure ends in hybrid/errors.py: one `hybrid: ...` message on stderr and exit
+status 2 (found before training starts) or 1 (during training), no traceback unless the
+user's own code raised (then cut to its frames) or HYBRID_DEBUG=1. SIGTERM and Ctrl-C stop
+the run (hybrid/interrupts.py): at once while it loads, at the next safe point once it
+trains (saving a checkpoint), with status 143 or 130.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from typing import NoReturn
 
 import hydra
 from omegaconf import DictConfig
 
 from hybrid.config import (
     CONFIG_NAME,
-    ConfigError,
     HybridConfig,
     check_override_keys,
     default_config,
@@ -28,13 +33,9 @@ from hybrid.config import (
     typed_config,
 )
 from hybrid.defaults import register_resolvers
-
-CONFIG_ERROR_STATUS = 2
-
-
-def _exit_config_error(err: ConfigError) -> NoReturn:
-    print(f"hybrid: configuration error:\n{err}", file=sys.stderr)
-    raise SystemExit(CONFIG_ERROR_STATUS)
+from hybrid.errors import exit_on_error, reset_phase
+from hybrid.interrupts import StopSignals
+from hybrid.preflight import check_inputs
 
 
 def run_ppo(config: HybridConfig) -> None:
@@ -46,11 +47,12 @@ def run_ppo(config: HybridConfig) -> None:
 
 @hydra.main(config_path="config", config_name="ppo_trainer", version_base=None)
 def main(config: DictConfig) -> None:
-    try:
+    # Failures are reported here, inside Hydra's task function: Hydra's own report would
+    # print a traceback through its frames and bury the message.
+    with exit_on_error(), StopSignals(defer=False):
         typed = typed_config(config)
-    except ConfigError as err:
-        _exit_config_error(err)
-    run_ppo(typed)
+        check_inputs(typed)
+        run_ppo(typed)
 
 
 def prepare_command_line(argv: list[str]) -> list[str]:
@@ -80,18 +82,14 @@ def prepare_command_line(argv: list[str]) -> list[str]:
 def cli() -> None:
     # Before torch loads: vLLM's CPU backend drops to one thread unless this is set.
     os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
-    # SkyRL keys (--dialect skyrl) and ROLL pipeline files (--roll-config) become verl keys first.
-    try:
+    reset_phase()
+    with exit_on_error():
+        # SkyRL keys (--dialect skyrl) and ROLL pipeline files (--roll-config) become verl keys first.
         from hybrid.config.dialects import translate_argv
 
         sys.argv[1:] = translate_argv(sys.argv[1:])
-    except ConfigError as err:
-        _exit_config_error(err)
-    register_resolvers()
-    try:
+        register_resolvers()
         sys.argv[1:] = prepare_command_line(sys.argv[1:])
-    except ConfigError as err:
-        _exit_config_error(err)
     main()
 
 

@@ -27,7 +27,7 @@ from hybrid.batch_ops import (
     group_metric_values,
     kept_group_indices,
 )
-from hybrid.checkpointing import load_checkpoint, save_checkpoint, should_save
+from hybrid.checkpointing import load_checkpoint, save_checkpoint, save_on_stop, should_save
 from hybrid.core_algos import agg_loss, get_kl_controller, kl_in_reward
 from hybrid.metrics import (
     compute_data_metrics,
@@ -36,6 +36,8 @@ from hybrid.metrics import (
     process_validation_metrics,
 )
 from hybrid.config import HybridConfig, typed_config
+from hybrid.errors import RunStopped, mark_training_started
+from hybrid.interrupts import StopSignals
 from hybrid.roles import build_worker_groups
 from hybrid.tracking import Tracking, ValidationGenerationsLogger
 from protocol.data_proto import DataProto, pad_dataproto_to_divisor
@@ -193,7 +195,9 @@ class PPOTrainer:
     def on_policy_update(self) -> bool:
         """True when the actor update is one optimizer step on the whole batch with nothing
         else reading old log-probs: they then equal the update's own forward pass, so the
-        separate pass is skipped (actor.skip_old_log_prob_on_policy)."""
+        separate pass is skipped (actor.skip_old_log_prob_on_policy). Decoupled rollout
+        correction with rejection or batch-normalised weights reads the whole batch's old
+        log-probs before the update, so it keeps the pass."""
         cfg = self.config
         actor = cfg.actor_rollout_ref.actor
         return (
@@ -202,6 +206,7 @@ class PPOTrainer:
             and actor.ppo_mini_batch_size >= cfg.data.train_batch_size
             and not cfg.algorithm.use_kl_in_reward
             and not cfg.algorithm.filter_groups.enable
+            and not cfg.algorithm.rollout_correction.reads_old_log_probs_first
         )
 
     # ------------------------------------------------------------------ one step
@@ -217,7 +222,13 @@ class PPOTrainer:
         if cfg.trainer.balance_batch:
             metrics.update(balance_batch(batch, self.world_size))
 
-        if not self.on_policy_update():
+        correction = cfg.algorithm.rollout_correction
+        if correction.bypass_mode:
+            # verl's bypass mode: the engine's log-probs are the PPO anchor; no old log-prob pass.
+            if "rollout_log_probs" not in batch.batch.keys():
+                raise RuntimeError("algorithm.rollout_correction.bypass_mode needs the engine's log-probs (rollout_log_probs)")
+            batch.batch["old_log_probs"] = batch.batch["rollout_log_probs"]
+        elif not self.on_policy_update():
             with timed("old_log_prob", timing):
                 old = self.actor_rollout_wg.compute_log_prob(batch)
             entropys = old.batch.pop("entropys")
@@ -250,9 +261,16 @@ class PPOTrainer:
             metrics.update(critic_out.meta_info["metrics"])
         if self.global_steps > cfg.trainer.critic_warmup or not self.use_critic:
             with timed("update_actor", timing):
+                # The workers get their own config sections only; the actor applies this one.
+                batch.meta_info["rollout_correction"] = correction
                 actor_out = self.actor_rollout_wg.update_actor(batch)
+                batch.meta_info.pop("rollout_correction")
             metrics.update(actor_out.meta_info["metrics"])
             self.update_rollout_weights(timing)
+        if correction.bypass_mode:
+            # The anchor was the engine's own log-probs: left in, the data metrics would report
+            # a gap of 0 over the actor's measured rollout/logp_abs_diff_*.
+            batch.pop(batch_keys=["old_log_probs"])
         return batch
 
     # ------------------------------------------------------------------ validation
@@ -292,6 +310,23 @@ class PPOTrainer:
 
     # ------------------------------------------------------------------ loop
     def fit(self) -> dict:
+        """Train to the last step; SIGTERM or Ctrl-C ends the run at the next safe point."""
+        with StopSignals(defer=True, save_freq=self.config.trainer.save_freq) as self.stop:
+            return self._fit()
+
+    def _stop_if_requested(self, progress) -> None:
+        """A safe point: step `global_steps` is finished, logged and checkpointed when due, and
+        the next batch is not drawn yet. After SIGTERM or Ctrl-C, save this step (when
+        trainer.save_freq > 0) and end the run with RunStopped, so a resumed run continues
+        exactly as after a normal save."""
+        if not self.stop.requested:
+            return
+        progress.close()
+        checkpoint = save_on_stop(self)
+        self.tracker.finish()
+        raise RunStopped(self.stop.signum, self.global_steps, self.total_training_steps, checkpoint, self.config.trainer.save_freq)
+
+    def _fit(self) -> dict:
         cfg = self.config
         self.tracker = Tracking(
             project_name=cfg.trainer.project_name,
@@ -302,6 +337,7 @@ class PPOTrainer:
         )
         self.val_logger = ValidationGenerationsLogger(local_dir=cfg.trainer.default_local_dir)
         load_checkpoint(self)  # trainer.resume_mode: sets global_steps and the data position
+        mark_training_started()  # failures from here on exit with status 1 (hybrid/errors.py)
         self.update_rollout_weights({})  # the engine starts with placeholder weights
         if self.global_steps >= self.total_training_steps:
             print(f"hybrid: resumed at step {self.global_steps} of {self.total_training_steps}; nothing left to train", flush=True)
@@ -314,6 +350,7 @@ class PPOTrainer:
             if cfg.trainer.val_only:
                 return {"val_before": first_val}
         progress = tqdm(total=self.total_training_steps, initial=self.global_steps, desc="training", unit="step", dynamic_ncols=True)
+        self._stop_if_requested(progress)
         self.global_steps += 1
         done = False
         for _epoch in range(cfg.trainer.total_epochs if not cfg.trainer.total_training_steps else 10**9):
@@ -334,7 +371,9 @@ class PPOTrainer:
                 metrics.update(compute_throughput_metrics(batch, timing, self.world_size))
                 last_step = self.global_steps >= self.total_training_steps
                 test_freq = cfg.trainer.test_freq
-                if self.val_dataloader is not None and test_freq > 0 and (self.global_steps % test_freq == 0 or last_step):
+                # A stopping run skips validation: a preempted job has seconds, not minutes.
+                val_due = test_freq > 0 and (self.global_steps % test_freq == 0 or last_step) and not self.stop.requested
+                if self.val_dataloader is not None and val_due:
                     with timed("testing", timing):
                         last_val = self.validate()
                     metrics.update(last_val)
@@ -346,6 +385,7 @@ class PPOTrainer:
                 if last_step:
                     done = True
                     break
+                self._stop_if_requested(progress)
                 self.global_steps += 1
             if done:
                 break
@@ -409,6 +449,7 @@ def run_ppo(config) -> dict:
     from transformers import AutoTokenizer
 
     from hybrid.defaults import resolve_default_assets
+    from hybrid.roles import init_ray_if_needed, wants_ray
     from reward.loader import load_reward_manager
     from workers.device import select_device
 
@@ -429,8 +470,11 @@ def run_ppo(config) -> dict:
     train_dl, val_dl = build_dataloaders(config, tokenizer)
     os.makedirs(config.trainer.default_local_dir, exist_ok=True)
     trainer = PPOTrainer(config, tokenizer, train_dl, val_dl, reward_fn, val_reward_fn)
+    if wants_ray(config):
+        init_ray_if_needed(config)  # before our handlers: ray.init replaces the driver's SIGTERM handler
     try:
-        trainer.init_workers()
+        with StopSignals(defer=False):  # while the workers load, a signal ends the run at once
+            trainer.init_workers()
         result = trainer.fit()
     finally:
         trainer.shutdown()

@@ -12,6 +12,10 @@ safetensors shards (`--max_shard_size`, with an index when there are several). W
 adapter_model.safetensors, to load on top of the base model). Tensors are read one at a
 time from memory-mapped shards, so memory holds about one output shard.
 
+Mistakes in the arguments (a folder that is not a checkpoint, a partial or a step folder
+instead of its actor folder, a missing reference) end in one `model_merger: ...` line and
+exit status 2, without a traceback (hybrid/errors.py; HYBRID_DEBUG=1 shows it).
+
 `test` compares, tensor by tensor, the model in `--local_dir` (a checkpoint, merged in
 memory, or an already merged folder) with `--test_hf_dir`; it prints every difference
 and exits 1 when any tensor is missing, differs in shape, or differs by more than `--atol`.
@@ -30,6 +34,8 @@ from collections.abc import Iterator
 import torch
 from tqdm import tqdm
 
+from hybrid.checkpointing import PARTIAL_SUFFIX, STEP_DIR, CheckpointError
+from hybrid.errors import InputError, exit_on_error
 from workers.checkpoint import HF_DIR, META_FILE, HFShardWriter, parse_size, read_meta, set_config_dtype, shard_file
 from workers.lora import hf_name, is_adapter_key, merge_lora_weight
 
@@ -44,14 +50,15 @@ class ShardedCheckpoint:
         from safetensors import safe_open
 
         self.local_dir = local_dir
+        check_checkpoint_folder(local_dir)
         self.meta = read_meta(local_dir)
         if "model" not in self.meta["contents"]:
-            raise ValueError(f"{local_dir} holds {self.meta['contents']} and no model shards; save with 'model' in checkpoint.save_contents")
+            raise CheckpointError(f"{local_dir} holds {self.meta['contents']} and no model shards; save with 'model' in checkpoint.save_contents")
         self.world_size = int(self.meta["world_size"])
         paths = [os.path.join(local_dir, shard_file("model", self.world_size, r)) for r in range(self.world_size)]
         missing = [p for p in paths if not os.path.isfile(p)]
         if missing:
-            raise FileNotFoundError(f"{local_dir} was saved by {self.world_size} ranks but these shards are missing: {', '.join(missing)}")
+            raise CheckpointError(f"{local_dir} was saved by {self.world_size} ranks but these shards are missing: {', '.join(missing)}")
         self.shards = [safe_open(p, framework="pt") for p in paths]
         self.layout = self.meta["tensors"]
         self.lora = self.meta.get("lora")
@@ -69,7 +76,7 @@ class ShardedCheckpoint:
             return self.shards[0].get_tensor(name)
         tensor = torch.cat([s.get_tensor(name) for s in self.shards], dim=0)
         if list(tensor.shape) != info["shape"]:
-            raise ValueError(f"{self.local_dir}: {name} rebuilt to shape {list(tensor.shape)}, expected {info['shape']}")
+            raise CheckpointError(f"{self.local_dir}: {name} rebuilt to shape {list(tensor.shape)}, expected {info['shape']}")
         return tensor
 
     @property
@@ -79,6 +86,33 @@ class ShardedCheckpoint:
     @property
     def tied(self) -> bool:
         return bool(self.meta.get("tie_word_embeddings", False))
+
+
+def check_checkpoint_folder(local_dir: str) -> None:
+    """Raise CheckpointError saying what `local_dir` is when it is not an actor or critic
+    checkpoint folder (the usual mix-ups: the step folder, a partial save, a model folder)."""
+    path = os.path.normpath(local_dir)
+    name = os.path.basename(path)
+    if not os.path.exists(path):
+        raise CheckpointError(f"--local_dir {local_dir} does not exist")
+    if not os.path.isdir(path):
+        raise CheckpointError(f"--local_dir {local_dir} is a file; give a global_step_N/actor (or /critic) folder")
+    if name.endswith(PARTIAL_SUFFIX) or os.path.basename(os.path.dirname(path)).endswith(PARTIAL_SUFFIX):
+        raise CheckpointError(f"--local_dir {local_dir} is (inside) a partial checkpoint: its save never finished; "
+                              f"use a complete global_step_N folder")
+    if os.path.isfile(os.path.join(path, META_FILE)):
+        return
+    roles = [r for r in ("actor", "critic") if os.path.isfile(os.path.join(path, r, META_FILE))]
+    if roles:
+        raise CheckpointError(f"--local_dir {local_dir} is a step folder; give one of its roles: "
+                              f"{', '.join(os.path.join(local_dir, r) for r in roles)}")
+    if STEP_DIR.match(name):
+        raise CheckpointError(f"--local_dir {local_dir} holds no actor or critic checkpoint (removed by retention?)")
+    if os.path.isfile(os.path.join(path, "config.json")):
+        raise CheckpointError(f"--local_dir {local_dir} is a Hugging Face model folder already, not a checkpoint: "
+                              f"nothing to merge")
+    raise CheckpointError(f"--local_dir {local_dir} is not a checkpoint folder of this trainer ({META_FILE} is missing); "
+                          f"give trainer.default_local_dir/global_step_N/actor")
 
 
 def merged_items(ckpt: ShardedCheckpoint) -> Iterator[tuple[str, torch.Tensor]]:
@@ -116,7 +150,7 @@ def _copy_metadata(src: str, target_dir: str, model_config: bool = True) -> None
     folder gets the tokenizer only: with a config.json beside it, transformers would take
     it for a full model."""
     if not os.path.isdir(src):
-        raise FileNotFoundError(f"{src} (config and tokenizer of the checkpoint) does not exist; pass --hf_model_path")
+        raise InputError([f"{src} (config and tokenizer of the checkpoint) does not exist; pass --hf_model_path"])
     for name in os.listdir(src):
         path = os.path.join(src, name)
         if not os.path.isfile(path) or name.startswith(("model-", "model.")) or name in WEIGHT_FILES:
@@ -132,12 +166,19 @@ def merge(local_dir: str, target_dir: str, max_shard_size: str = "5GB", save_lor
           dtype: str | None = None, hf_model_path: str | None = None, progress: bool = True) -> list[str]:
     """Write the Hugging Face folder (or peft adapter folder); returns the weight files written."""
     ckpt = ShardedCheckpoint(local_dir)
+    # Every argument checked before the target folder is made.
+    if os.path.exists(target_dir) and not os.path.isdir(target_dir):
+        raise InputError([f"--target_dir {target_dir} is a file; give a folder (created if missing)"])
+    if save_lora_adapter and not ckpt.lora:
+        raise InputError([f"{local_dir} has no LoRA adapter (trained with lora_rank=0); merge without --save_lora_adapter"])
+    try:
+        shard_limit = parse_size(max_shard_size)
+    except ValueError as err:
+        raise InputError([f"--max_shard_size {max_shard_size!r} is not a size (e.g. 5GB, 500MB, 1000000)"]) from err
     os.makedirs(target_dir, exist_ok=True)
     _copy_metadata(hf_model_path or ckpt.hf_dir, target_dir, model_config=not save_lora_adapter)
     cast = DTYPES[dtype] if dtype else None
     if save_lora_adapter:
-        if not ckpt.lora:
-            raise ValueError(f"{local_dir} has no LoRA adapter (trained with lora_rank=0); merge without --save_lora_adapter")
         from safetensors.torch import save_file
 
         tensors = {n: (t.to(cast) if cast else t).contiguous() for n, t in tqdm(adapter_items(ckpt), desc="adapter", disable=not progress)}
@@ -148,7 +189,7 @@ def merge(local_dir: str, target_dir: str, max_shard_size: str = "5GB", save_lor
         path = os.path.join(target_dir, "adapter_model.safetensors")
         save_file(tensors, path, metadata={"format": "pt"})
         return [path]
-    writer = HFShardWriter(target_dir, parse_size(max_shard_size))
+    writer = HFShardWriter(target_dir, shard_limit)
     written_dtype = None
     total = len(ckpt.names()) - (sum(1 for n in ckpt.names() if is_adapter_key(n)) if ckpt.lora else 0)
     for name, tensor in tqdm(merged_items(ckpt), total=total, desc="merging", unit="tensor", disable=not progress):
@@ -167,9 +208,11 @@ def folder_items(path: str) -> Iterator[tuple[str, torch.Tensor]]:
     """Every tensor of a Hugging Face folder's safetensors files."""
     from safetensors import safe_open
 
+    if not os.path.isdir(path):
+        raise InputError([f"{path} {'is a file' if os.path.exists(path) else 'does not exist'}; give a Hugging Face model folder"])
     files = sorted(f for f in os.listdir(path) if f.endswith(".safetensors"))
     if not files:
-        raise FileNotFoundError(f"{path} has no .safetensors weights")
+        raise InputError([f"{path} has no .safetensors weights"])
     for file in files:
         with safe_open(os.path.join(path, file), framework="pt") as f:
             for key in f.keys():
@@ -239,6 +282,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def main(argv=None) -> int:
+    """Run the command; raises on a mistake (`cli` turns that into a message and a status)."""
     args = parse_args(argv)
     start = time.perf_counter()
     if args.operation == "merge":
@@ -251,5 +295,12 @@ def main(argv=None) -> int:
     return 0 if ok else 1
 
 
+def cli(argv=None) -> int:
+    """The command line: `main`, with any failure reported as one message (exit status 2
+    for a wrong argument, hybrid/errors.py)."""
+    with exit_on_error(prog="model_merger"):
+        return main(argv)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli())
