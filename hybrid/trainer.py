@@ -41,6 +41,7 @@ from hybrid.interrupts import StopSignals
 from hybrid.roles import build_worker_groups
 from hybrid.tracking import Tracking, ValidationGenerationsLogger
 from protocol.data_proto import DataProto, pad_dataproto_to_divisor
+from workers.rollout.multi_turn import summarize as summarize_multi_turn
 
 GEN_KEYS = ["input_ids", "attention_mask", "position_ids"]
 
@@ -77,6 +78,7 @@ class PPOTrainer:
         self.groups = groups
         self.history: list[dict] = []
         self._reward_metrics: dict[str, float] = {}
+        self.multi_turn = config.actor_rollout_ref.rollout.multi_turn.enable
 
     # ------------------------------------------------------------------ workers
     def init_workers(self) -> None:
@@ -118,8 +120,38 @@ class PPOTrainer:
             output = output[: len(output) - pad * n]
         return output
 
+    def _gen_batch(self, batch: DataProto) -> DataProto:
+        """The prompts' tensors (popped from `batch`); a multi-turn rollout also gets a copy of
+        the rows' non-tensor fields its environments read (raw_prompt, env_class, reward_model,
+        extra_info, data_source, index, ...), which stay in `batch` for the reward function."""
+        gen_batch = batch.pop(batch_keys=GEN_KEYS)
+        if self.multi_turn:
+            gen_batch.non_tensor_batch.update(batch.non_tensor_batch)
+        return gen_batch
+
+    def _multi_turn_metrics(self, output: DataProto) -> dict[str, float]:
+        """`multi_turn/*` of the whole batch: the workers' meta_info holds rank 0's only."""
+        output.meta_info.pop("metrics", None)
+        if not self.multi_turn:
+            return {}
+        return summarize_multi_turn(output.non_tensor_batch)
+
+    def _judge(self, batch: DataProto, reward_fn) -> dict:
+        """The reward function's result. With multi-turn the environments judge the rows:
+        the scores are `env_rewards`, plus the reward function's only when
+        custom_reward_function.path is set (the built-in scorers would read the whole
+        trajectory, observations included, as the answer)."""
+        if not self.multi_turn:
+            return reward_fn(batch, return_dict=True)
+        env_rewards = batch.batch["env_rewards"]
+        if not self.config.custom_reward_function.path:
+            return {"reward_tensor": env_rewards.clone()}
+        result = dict(reward_fn(batch, return_dict=True))
+        result["reward_tensor"] = result["reward_tensor"] + env_rewards
+        return result
+
     def _score(self, batch: DataProto, reward_fn) -> tuple[torch.Tensor, dict]:
-        result = reward_fn(batch, return_dict=True)
+        result = self._judge(batch, reward_fn)
         scores = result["reward_tensor"]
         extra = dict(result.get("reward_extra_info", {}))
         self._reward_metrics.update(result.get("reward_metrics", {}))
@@ -135,16 +167,20 @@ class PPOTrainer:
     def _rollout_and_score(self, batch: DataProto, timing: dict) -> tuple[DataProto, dict]:
         n = self.config.actor_rollout_ref.rollout.n
         assign_uids(batch)
-        gen_batch = batch.pop(batch_keys=GEN_KEYS)
+        gen_batch = self._gen_batch(batch)
         gen_batch.meta_info.update({"do_sample": True})
         with timed("gen", timing):
             gen_out = self._generate(gen_batch)
         gen_out.meta_info.pop("timing", None)  # the driver times the call itself (timing_s/gen)
+        # Logged with the step's metrics (a dynamic-sampling step: its last generation batch).
+        self._reward_metrics.update(self._multi_turn_metrics(gen_out))
         if self.config.algorithm.adv_estimator == "remax":
             with timed("gen_max", timing):
                 greedy = gen_batch.select(batch_keys=GEN_KEYS)
                 greedy.meta_info["do_sample"] = False
-                base = batch.union(self._generate(greedy))
+                greedy_out = self._generate(greedy)
+                self._multi_turn_metrics(greedy_out)  # not the step's rollout: not logged
+                base = batch.union(greedy_out)
                 base_scores, _ = self._score(base, self.reward_fn)
                 baselines = base_scores.sum(-1)
         batch = batch.repeat(repeat_times=n, interleave=True).union(gen_out)
@@ -279,15 +315,19 @@ class PPOTrainer:
             return {}
         data_sources, input_rows, scores, samples = [], [], [], []
         extra_columns: dict[str, list[float]] = {}
+        turn_fields: list[dict] = []  # multi-turn per-sample fields, summarized over all batches
         val_kwargs = self.config.actor_rollout_ref.rollout.val_kwargs
         for batch_index, batch_dict in enumerate(self.val_dataloader):
             batch = DataProto.from_single_dict(batch_dict)
-            gen_batch = batch.pop(batch_keys=GEN_KEYS)
+            gen_batch = self._gen_batch(batch)
             gen_batch.meta_info.update({"validate": True, "do_sample": val_kwargs.do_sample})
             out = self._generate(gen_batch)
+            out.meta_info.pop("metrics", None)  # rank 0's only
+            if self.multi_turn:
+                turn_fields.append({k: v for k, v in out.non_tensor_batch.items() if k.startswith("multi_turn_")})
             n = int(out.meta_info.get("n", 1))
             batch = batch.repeat(repeat_times=n, interleave=True).union(out)
-            result = self.val_reward_fn(batch, return_dict=True)
+            result = self._judge(batch, self.val_reward_fn)
             seq_scores = result["reward_tensor"].sum(-1).tolist()
             scores.extend(seq_scores)
             for key, values in numeric_columns(dict(result.get("reward_extra_info", {})), len(batch)).items():
@@ -303,6 +343,10 @@ class PPOTrainer:
         infos = {"reward": scores}
         infos.update({k: v + [float("nan")] * (len(scores) - len(v)) for k, v in extra_columns.items() if k != "reward"})
         metrics = process_validation_metrics(np.array(data_sources, dtype=object), np.array(input_rows, dtype=object), infos, None)
+        if turn_fields:
+            # First-turn accuracy (first_turn_reward), final reward, turns, finish reasons.
+            merged = {key: np.concatenate([f[key] for f in turn_fields]) for key in turn_fields[0]}
+            metrics.update({f"val-aux/{k}": v for k, v in summarize_multi_turn(merged).items()})
         k = self.config.trainer.log_val_generations
         if k and samples:
             self.val_logger.log(self.config.trainer.logger, samples[:k], self.global_steps)
@@ -432,6 +476,9 @@ def build_dataloaders(config, tokenizer):
     from hybrid.data import collate_fn, create_dataloader, create_rl_dataset, create_rl_sampler
 
     data = config.data
+    if config.actor_rollout_ref.rollout.multi_turn.enable:
+        # The multi-turn loop starts each trajectory from the row's chat messages (raw_prompt).
+        data = dataclasses.replace(as_typed(config).data, return_raw_chat=True)
     train_ds = create_rl_dataset(data.train_files, data, tokenizer)
     train_dl = create_dataloader(train_ds, data.train_batch_size, create_rl_sampler(data, train_ds), collate_fn, drop_last=True, num_workers=data.dataloader_num_workers)
     val_dl = None

@@ -266,6 +266,11 @@ def _check_algorithm(config: HybridConfig, problems: Problems) -> None:
         n = arr.rollout.n
         if _ok(n) and n < 2:
             problems.add(f"algorithm.filter_groups.enable=True needs groups of at least 2 responses but {ARR}.rollout.n={n}")
+    if arr.rollout.multi_turn.enable is True and algo.adv_estimator == "remax":
+        problems.add(
+            "algorithm.adv_estimator='remax' with actor_rollout_ref.rollout.multi_turn.enable=True: remax's greedy "
+            "baseline rollout is single-turn; choose grpo, rloo or another group estimator"
+        )
     if arr.actor.use_kl_loss is True and algo.use_kl_in_reward is True:
         problems.add(
             f"{ARR}.actor.use_kl_loss=True and algorithm.use_kl_in_reward=True are mutually "
