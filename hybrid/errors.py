@@ -224,7 +224,11 @@ def report(exc: BaseException, prog: str = "hybrid") -> int:
 
 @contextlib.contextmanager
 def exit_on_error(prog: str = "hybrid"):
-    """Run the body; on any exception print it (`report`) and exit with its status."""
+    """Run the body; on any exception print it (`report`) and exit with its status.
+
+    Each program run starts before training (a process may run several: tests, notebooks),
+    so the phase is reset on entry."""
+    reset_phase()
     try:
         yield
     except SystemExit:
