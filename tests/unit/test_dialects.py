@@ -359,7 +359,7 @@ SKYRL_REFUSED = [
     ("trainer.algorithm.max_seq_len=2048", "divisor"),
     ("trainer.algorithm.policy_loss_type=my_loss", "PolicyLossRegistry"),
     ("trainer.algorithm.temperature=0.5", "sampling temperature"),
-    ("generator.max_turns=3", "multi-turn rollouts are not implemented yet"),
+    ("generator.max_turns=3", "does not map"),
     ("generator.batched=false", "multi-turn rollouts"),
     ("generator.step_wise_trajectories=true", "multi-turn"),
     ("generator.backend=sglang", "in-process vLLM"),
@@ -370,7 +370,7 @@ SKYRL_REFUSED = [
     ("generator.apply_overlong_filtering=true", "overlong filter"),
     ("generator.chat_template.name_or_path=/t.jinja", "chat template"),
     ("generator.eval_sampling_params.min_p=0.1", "validation min_p"),
-    ("environment.env_class=text2sql", "multi-turn rollouts are not implemented yet"),
+    ("environment.env_class=text2sql", "does not map"),
     ("environment.skyrl_gym.search.topk=3", "search tool"),
     ("trainer.policy.model.lora.dropout=0.1", "dropout"),
     ("trainer.policy.record_memory=true", "memory-snapshot"),
@@ -397,7 +397,7 @@ def test_skyrl_refusals_are_all_listed_at_once_by_name_with_the_reason():
         ("trainer.strategy=deepspeed", "DeepSpeed"),
         ("environment.env_class=llm_as_a_judge", "LLM"),
         ("environment.env_class=lcb", "sandbox"),
-        ("environment.env_class=gsm8k_multi_turn", "multi-turn rollouts are not implemented yet"),
+        ("environment.env_class=gsm8k_multi_turn", "does not map"),
     ],
 )
 def test_skyrl_refused_values(override, reason):
@@ -625,7 +625,7 @@ rewards:
     worker_cls: roll.pipeline.rlvr.rewards.code_sandbox_reward_worker.CodeSandboxRewardWorker
 """
 ROLL_REFUSED = [
-    ("adv_estimator=gigpo", "multi-turn rollouts are not implemented yet"),
+    ("adv_estimator=gigpo", "does not map"),
     ("async_generation_ratio=1", "synchronous and on-policy"),
     ("logging_steps=5", "logs every step"),
     ("reward_clip=10", "reward clipping"),
@@ -741,7 +741,7 @@ def test_refusal_exits_2_with_every_problem_and_no_traceback(tmp_path):
     done = run_cli(tmp_path, "--dialect", "skyrl", "trainer.placement.colocate_all=false", "generator.max_turns=4")
     assert done.returncode == 2
     assert "trainer.placement.colocate_all=false: hybrid always colocates" in done.stderr
-    assert "generator.max_turns=4: multi-turn rollouts are not implemented yet" in done.stderr
+    assert "generator.max_turns=4: the SkyRL dialect does not map multi-turn keys yet" in done.stderr
     assert "Traceback" not in done.stderr
 
 

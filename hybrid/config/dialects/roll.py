@@ -52,7 +52,7 @@ COLOCATED = (
     "hybrid runs actor_train, actor_infer, reference and critic colocated on the same devices; "
     "give them the same device_mapping"
 )
-AGENTIC = "an agentic (multi-turn) estimator: multi-turn rollouts are not implemented yet"
+AGENTIC = "an agentic (multi-turn) estimator: the ROLL dialect does not map agentic pipelines; use actor_rollout_ref.rollout.multi_turn.* with --dialect verl"
 ASYNC = "hybrid is synchronous and on-policy: each step generates with the current weights, then trains"
 NATIVE_TEMPLATE = "hybrid renders prompts with the tokenizer's own chat template (ROLL's `native`)"
 

@@ -41,7 +41,8 @@ ROLLOUT = f"{ARR}.rollout"
 REF = f"{ARR}.ref"
 
 # Reasons repeated across several keys.
-MULTI_TURN = "multi-turn rollouts are not implemented yet"
+MULTI_TURN = ("the SkyRL dialect does not map multi-turn keys yet; hybrid runs multi-turn rollouts with "
+              "--dialect verl and actor_rollout_ref.rollout.multi_turn.* (README: Multi-turn rollouts)")
 COLOCATED = "hybrid always colocates training and generation on the same devices"
 SAME_DEVICES = "hybrid places every role (policy, reference, critic, engine) on the same devices as the policy"
 MEGATRON = "the Megatron backend: hybrid trains with FSDP2 only"
@@ -811,7 +812,7 @@ RULES = (
     refuse("generator.max_turns", MULTI_TURN, accept=(1,)),
     refuse(
         "generator.batched",
-        "hybrid generates a whole batch in one engine call (SkyRL's batched=true); per-trajectory agent loops need multi-turn rollouts, not implemented yet",
+        "hybrid generates a whole batch in one engine call (SkyRL's batched=true); per-trajectory agent loops (multi-turn rollouts) are not mapped by this dialect (see actor_rollout_ref.rollout.multi_turn)",
         accept=(True,),
     ),
     ignore(
