@@ -13,13 +13,10 @@ restored from it yields the same next batches as the one that was saved.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import importlib.util
 import json
 import math
 import multiprocessing
 import os
-import sys
 from typing import Any, Iterator, Sequence
 
 import numpy as np
@@ -308,21 +305,9 @@ def collate_fn(data_list: list[dict]) -> dict:
 
 
 def _load_class(path: str, name: str):
-    resolved = os.path.abspath(os.path.expanduser(path))
-    if not os.path.isfile(resolved):
-        raise FileNotFoundError(f"data.custom_cls.path: dataset file {path!r} not found (resolved to {resolved})")
-    module_name = "custom_dataset_" + hashlib.sha1(resolved.encode()).hexdigest()[:12]
-    spec = importlib.util.spec_from_file_location(module_name, resolved)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"data.custom_cls.path: cannot load {resolved} as a Python module")
-    module = importlib.util.module_from_spec(spec)
-    # Registered so classes defined there pickle (DataLoader workers) and dataclasses work.
-    sys.modules[module_name] = module
-    try:
-        spec.loader.exec_module(module)
-    except Exception as e:
-        del sys.modules[module_name]
-        raise ImportError(f"data.custom_cls.path: importing {resolved} failed: {type(e).__name__}: {e}") from e
+    from reward.user_code import load_user_file
+
+    module, resolved = load_user_file(path, "data.custom_cls.path", "dataset", "custom_dataset")
     if not hasattr(module, name):
         classes = sorted(k for k, v in vars(module).items() if isinstance(v, type) and v.__module__ == module.__name__)
         raise AttributeError(f"data.custom_cls.name: class {name!r} not found in {resolved}; classes there: {classes or 'none'}")

@@ -9,15 +9,12 @@ fails before any rollout, with the path and the function in the message.
 from __future__ import annotations
 
 import functools
-import hashlib
-import importlib.util
 import inspect
-import os
-import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, Callable
 
 from .manager import get_reward_manager_cls
+from .user_code import load_user_file
 from .scorers import check_score_kwargs, default_compute_score
 
 # How a reward manager calls a per-sample function (keywords, as verl does) ...
@@ -38,29 +35,7 @@ def _plain(value):
 
 
 def _load_module(path: str):
-    resolved = os.path.abspath(os.path.expanduser(path))
-    if not os.path.isfile(resolved):
-        raise FileNotFoundError(
-            f"custom_reward_function.path: reward function file {path!r} not found (resolved to "
-            f"{resolved}, working directory {os.getcwd()})"
-        )
-    # One module per file, under a name derived from its path, so two reward files with
-    # the same base name do not replace each other in sys.modules.
-    digest = hashlib.sha1(resolved.encode()).hexdigest()[:12]
-    module_name = f"custom_reward_{digest}"
-    if module_name in sys.modules and getattr(sys.modules[module_name], "__file__", None) == resolved:
-        return sys.modules[module_name], resolved
-    spec = importlib.util.spec_from_file_location(module_name, resolved)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"custom_reward_function.path: cannot load {resolved} as a Python module")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    try:
-        spec.loader.exec_module(module)
-    except Exception as e:
-        del sys.modules[module_name]
-        raise ImportError(f"custom_reward_function.path: importing {resolved} failed: {type(e).__name__}: {e}") from e
-    return module, resolved
+    return load_user_file(path, "custom_reward_function.path", "reward function", "custom_reward")
 
 
 class CustomRewardFunction:

@@ -15,11 +15,11 @@ An unknown name fails with every known name in the message.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import inspect
-import os
 import sys
+
+from reward.user_code import load_user_file
 
 ENV_REGISTRY: dict[str, type] = {}
 
@@ -55,17 +55,7 @@ def known_env_names() -> list[str]:
 
 
 def _load_module(path: str):
-    resolved = os.path.abspath(os.path.expanduser(path))
-    if not os.path.isfile(resolved):
-        raise FileNotFoundError(
-            f"{MULTI_TURN}.env_class: environment file {path!r} not found (resolved to {resolved}, "
-            f"working directory {os.getcwd()})"
-        )
-    # One module per file, named after its path, so two env files called env.py coexist.
-    module_name = "custom_env_" + hashlib.sha1(resolved.encode()).hexdigest()[:12]
-    module = sys.modules.get(module_name)
-    if module is not None and getattr(module, "__file__", None) == resolved:
-        return module, resolved
+    return load_user_file(path, f"{MULTI_TURN}.env_class", "environment", "custom_env")
     spec = importlib.util.spec_from_file_location(module_name, resolved)
     if spec is None or spec.loader is None:
         raise ImportError(f"{MULTI_TURN}.env_class: cannot load {resolved} as a Python module")
