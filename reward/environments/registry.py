@@ -15,9 +15,7 @@ An unknown name fails with every known name in the message.
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
-import sys
 
 from reward.user_code import load_user_file
 
@@ -56,17 +54,6 @@ def known_env_names() -> list[str]:
 
 def _load_module(path: str):
     return load_user_file(path, f"{MULTI_TURN}.env_class", "environment", "custom_env")
-    spec = importlib.util.spec_from_file_location(module_name, resolved)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"{MULTI_TURN}.env_class: cannot load {resolved} as a Python module")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    try:
-        spec.loader.exec_module(module)
-    except Exception as e:
-        del sys.modules[module_name]
-        raise ImportError(f"{MULTI_TURN}.env_class: importing {resolved} failed: {type(e).__name__}: {e}") from e
-    return module, resolved
 
 
 def load_env_from_file(spec: str) -> type:
