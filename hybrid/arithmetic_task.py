@@ -4,7 +4,8 @@ Each row asks one question such as "What is 23 + 45?" and carries the answer as 
 rule-based ground truth, so `reward.scorers.arithmetic` can score a response by its last
 integer. Train and validation rows never share a question: every question belongs to one
 side by a stable hash of its text, whatever the seed or the sizes, so two separate calls
-cannot overlap.
+cannot overlap. Validation questions are distinct; training questions repeat where the
+small spaces run out (single-digit addition has 100 questions in all).
 
 `write_arithmetic_parquet` writes both splits once; a json file beside them records the
 parameters, and a second call with the same parameters leaves the files alone.
@@ -29,7 +30,7 @@ OPS = ("+", "-", "*")
 PARAMS_FILE = "arithmetic_params.json"
 # Bumped whenever the rows produced for the same parameters change, so cached files from
 # an older version are rewritten rather than reused.
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 
 # The default job: single- and two-digit addition, sized for a 2-core CPU run.
 DEFAULT_MIX = {"digits": (1, 2), "ops": ("+",)}
@@ -40,6 +41,9 @@ DEFAULT_SIZES = {"n_train": 2000, "n_val": 200, "seed": 1}
 _UNSEEN_TRIES = 20
 # Draws allowed to land one question on the requested side before giving up.
 _MAX_DRAWS = 10_000
+# Kinds with at most this many operand pairs have their held-out questions listed (two
+# digits: 8,100); larger ones are drawn at random, where repeats are rare.
+_LISTABLE_PAIRS = 100_000
 
 
 def _operand_range(digits: int) -> tuple[int, int]:
@@ -74,6 +78,52 @@ def _weights(values: Sequence, weights: Sequence[float] | None, name: str) -> np
     return w / w.sum()
 
 
+def _ordered(a: int, op: str, b: int, allow_negative: bool) -> tuple[int, int, str]:
+    if op == "-" and not allow_negative and a < b:
+        a, b = b, a
+    return a, b, f"What is {a} {op} {b}?"
+
+
+_OP_NAMES = {"+": "add", "-": "sub", "*": "mul"}
+
+
+def _subset(digits: int, op: str, ops: Sequence[str]) -> str:
+    """The question type validation metrics are broken down by (`extra_info.subset`)."""
+    return f"{digits}-digit" if len(ops) == 1 else f"{digits}-digit-{_OP_NAMES[op]}"
+
+
+def _row(index: int, split: str, a: int, op: str, b: int, digits: int, subset: str, instruction: str) -> dict:
+    question = f"What is {a} {op} {b}?"
+    return {
+        "data_source": DATA_SOURCE,
+        "prompt": [{"role": "user", "content": f"{question} {instruction}"}],
+        "ability": "math",
+        "reward_model": {"style": "rule", "ground_truth": str(_answer(a, op, b))},
+        "extra_info": {
+            "split": split,
+            "index": index,
+            "a": a,
+            "b": b,
+            "op": op,
+            "digits": digits,
+            "question": question,
+            "subset": subset,
+        },
+    }
+
+
+def _check_mix(n: int, digits, ops, val_fraction: float) -> None:
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}")
+    if not digits or not ops:
+        raise ValueError(f"digits and ops must be non-empty, got digits={digits} ops={ops}")
+    unknown = [op for op in ops if op not in OPS]
+    if unknown:
+        raise ValueError(f"unknown ops {unknown}; known: {', '.join(OPS)}")
+    if not 0.0 < val_fraction < 1.0:
+        raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
+
+
 def make_arithmetic_rows(
     n: int,
     seed: int,
@@ -88,42 +138,44 @@ def make_arithmetic_rows(
 ) -> list[dict]:
     """`n` verl-schema rows of the `split` side ("train" or anything else for held out).
 
-    Each question draws a digit count from `digits` (both operands get that many digits;
+    Each question has a digit count from `digits` (both operands get that many digits;
     one digit means 0-9) and an op from `ops`, with optional weights. With
     `allow_negative=False` subtraction puts the larger operand first. `val_fraction` is the
     share of all possible questions reserved for the held-out side.
+
+    Training rows are drawn with the weights and may repeat a question once the small
+    spaces run out of new ones. Held-out rows are all distinct: each kind (digits, op) gets
+    its share of `n` by the weights, except that a kind with fewer held-out questions than
+    its share gives all it has and the others make up the rest.
     """
-    if n < 0:
-        raise ValueError(f"n must be >= 0, got {n}")
-    if not digits or not ops:
-        raise ValueError(f"digits and ops must be non-empty, got digits={digits} ops={ops}")
-    unknown = [op for op in ops if op not in OPS]
-    if unknown:
-        raise ValueError(f"unknown ops {unknown}; known: {', '.join(OPS)}")
-    if not 0.0 < val_fraction < 1.0:
-        raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
+    _check_mix(n, digits, ops, val_fraction)
     digits = [int(d) for d in digits]
     ops = list(ops)
-    ranges = [_operand_range(d) for d in digits]
     p_digits = _weights(digits, digit_weights, "digit_weights")
     p_ops = _weights(ops, op_weights, "op_weights")
-    want_val = split != "train"
-
     rng = np.random.default_rng(seed)
+    if split == "train":
+        drawn = _draw_train(n, rng, digits, ops, p_digits, p_ops, allow_negative, val_fraction)
+    else:
+        drawn = _draw_distinct_held_out(n, rng, digits, ops, p_digits, p_ops, allow_negative, val_fraction)
+    return [
+        _row(index, split, a, op, b, d, _subset(d, op, ops), instruction) for index, (a, op, b, d) in enumerate(drawn)
+    ]
+
+
+def _draw_train(n, rng, digits, ops, p_digits, p_ops, allow_negative, val_fraction) -> list[tuple]:
     seen: set[str] = set()
-    rows: list[dict] = []
-    for index in range(n):
+    drawn = []
+    for _ in range(n):
         level = int(rng.choice(len(digits), p=p_digits))
         op = ops[int(rng.choice(len(ops), p=p_ops))]
-        low, high = ranges[level]
+        low, high = _operand_range(digits[level])
         fallback = None
         on_side = 0
         for _ in range(_MAX_DRAWS):
             a, b = (int(x) for x in rng.integers(low, high + 1, size=2))
-            if op == "-" and not allow_negative and a < b:
-                a, b = b, a
-            question = f"What is {a} {op} {b}?"
-            if _is_val_question(question, val_fraction) != want_val:
+            a, b, question = _ordered(a, op, b, allow_negative)
+            if _is_val_question(question, val_fraction):
                 continue
             fallback = (a, b, question)
             on_side += 1
@@ -131,29 +183,78 @@ def make_arithmetic_rows(
                 break
         if fallback is None:
             raise ValueError(
-                f"no {split} question found for {digits[level]}-digit {op!r}: the space is too small "
+                f"no train question found for {digits[level]}-digit {op!r}: the space is too small "
                 f"for val_fraction={val_fraction}; use more digits or another val_fraction"
             )
-        a, b, question = fallback
-        seen.add(question)
-        rows.append(
-            {
-                "data_source": DATA_SOURCE,
-                "prompt": [{"role": "user", "content": f"{question} {instruction}"}],
-                "ability": "math",
-                "reward_model": {"style": "rule", "ground_truth": str(_answer(a, op, b))},
-                "extra_info": {
-                    "split": split,
-                    "index": index,
-                    "a": a,
-                    "b": b,
-                    "op": op,
-                    "digits": digits[level],
-                    "question": question,
-                },
-            }
+        seen.add(fallback[2])
+        drawn.append((fallback[0], op, fallback[1], digits[level]))
+    return drawn
+
+
+def _held_out_pool(digits: int, op: str, allow_negative: bool, val_fraction: float) -> list[tuple[int, int]] | None:
+    """Every distinct held-out question of one kind, in a fixed order; None when the kind
+    has too many questions to list (then distinct draws are easy to find at random)."""
+    low, high = _operand_range(digits)
+    if (high - low + 1) ** 2 > _LISTABLE_PAIRS:
+        return None
+    pool: dict[str, tuple[int, int]] = {}
+    for a in range(low, high + 1):
+        for b in range(low, high + 1):
+            a2, b2, question = _ordered(a, op, b, allow_negative)
+            if question not in pool and _is_val_question(question, val_fraction):
+                pool[question] = (a2, b2)
+    return list(pool.values())
+
+
+def _shares(n: int, weights: np.ndarray, capacities: list[float]) -> list[int]:
+    """`n` split by `weights` (largest remainders), no share above its capacity: what a full
+    kind cannot take goes to the others by their weights."""
+    shares = [0] * len(weights)
+    left, open_kinds = n, [k for k in range(len(weights)) if weights[k] > 0 and capacities[k] > 0]
+    while left > 0 and open_kinds:
+        w = np.array([weights[k] for k in open_kinds]) / sum(weights[k] for k in open_kinds)
+        exact = w * left
+        add = np.floor(exact).astype(int)
+        for i in np.argsort(-(exact - add), kind="stable")[: left - int(add.sum())]:
+            add[i] += 1
+        for i, k in enumerate(open_kinds):
+            shares[k] += int(min(add[i], capacities[k] - shares[k]))
+        left = n - sum(shares)
+        open_kinds = [k for k in open_kinds if shares[k] < capacities[k]]
+    if left > 0:
+        raise ValueError(
+            f"only {sum(shares)} distinct held-out questions exist for this mix, {n} asked for: "
+            f"lower n_val, or add digits or ops"
         )
-    return rows
+    return shares
+
+
+def _draw_distinct_held_out(n, rng, digits, ops, p_digits, p_ops, allow_negative, val_fraction) -> list[tuple]:
+    kinds = [(d, op) for d in digits for op in ops]
+    weights = np.array([p_digits[i] * p_ops[j] for i in range(len(digits)) for j in range(len(ops))])
+    pools = [_held_out_pool(d, op, allow_negative, val_fraction) for d, op in kinds]
+    shares = _shares(n, weights, [float("inf") if pool is None else len(pool) for pool in pools])
+    drawn = []
+    for (d, op), pool, share in zip(kinds, pools, shares):
+        if pool is not None:
+            picks = [pool[i] for i in sorted(rng.choice(len(pool), size=share, replace=False).tolist())]
+        else:
+            picks = _draw_unlisted(share, rng, d, op, allow_negative, val_fraction)
+        drawn.extend((a, op, b, d) for a, b in picks)
+    return [drawn[i] for i in rng.permutation(len(drawn)).tolist()]
+
+
+def _draw_unlisted(k: int, rng, digits: int, op: str, allow_negative: bool, val_fraction: float) -> list[tuple[int, int]]:
+    low, high = _operand_range(digits)
+    picks: dict[str, tuple[int, int]] = {}
+    for _ in range(_MAX_DRAWS * max(k, 1)):
+        if len(picks) == k:
+            break
+        a, b = (int(x) for x in rng.integers(low, high + 1, size=2))
+        a, b, question = _ordered(a, op, b, allow_negative)
+        if _is_val_question(question, val_fraction):
+            picks.setdefault(question, (a, b))
+    return list(picks.values())
 
 
 def _atomic_write(final: Path, write) -> None:

@@ -185,6 +185,7 @@ def process_validation_metrics(
     sample_inputs: Sequence[Any],
     infos_dict: dict[str, Sequence[float]],
     n: int | None = None,
+    subsets: Sequence[Any] | None = None,
 ) -> dict[str, float]:
     """Validation metrics per data source, grouped by prompt.
 
@@ -206,7 +207,34 @@ def process_validation_metrics(
     largest N with `mean`, `best` or `worst` goes to `val-core/<ds>/<var>/<stat>@N`; all
     the rest to `val-aux/`. With greedy decoding (n=1) the headline number is therefore
     `val-core/<ds>/reward/mean@1`.
+
+    `subsets` (optional, one label or None per row: the rows' `extra_info.subset`) adds the
+    `mean@N` of every variable per question type, as `val-aux/<ds>/<subset>/<var>/mean@N`.
     """
+    metrics = _validation_metrics(data_sources, sample_inputs, infos_dict, n)
+    if subsets is None:
+        return metrics
+    labels = np.asarray([None if s is None else str(s) for s in subsets], dtype=object)
+    if len(labels) != len(data_sources):
+        raise ValueError(f"subsets has {len(labels)} rows but data_sources has {len(data_sources)}")
+    for label in dict.fromkeys(x for x in labels if x is not None):
+        rows = np.flatnonzero(labels == label)
+        part = _validation_metrics(
+            np.asarray(data_sources, dtype=object)[rows],
+            np.asarray(sample_inputs, dtype=object)[rows],
+            {var: np.asarray(values, dtype=np.float64)[rows] for var, values in infos_dict.items()},
+            n,
+        )
+        for name, value in part.items():
+            _section, rest = name.split("/", 1)
+            source_var, stat_at = rest.rsplit("/", 1)
+            if stat_at.startswith("mean@"):
+                source, var = source_var.rsplit("/", 1)
+                metrics[f"val-aux/{source}/{label}/{var}/{stat_at}"] = value
+    return metrics
+
+
+def _validation_metrics(data_sources, sample_inputs, infos_dict, n) -> dict[str, float]:
     num_rows = len(data_sources)
     if len(sample_inputs) != num_rows:
         raise ValueError(f"sample_inputs has {len(sample_inputs)} rows but data_sources has {num_rows}")

@@ -313,7 +313,7 @@ class PPOTrainer:
     def validate(self) -> dict[str, float]:
         if self.val_dataloader is None or self.val_reward_fn is None:
             return {}
-        data_sources, input_rows, scores, samples = [], [], [], []
+        data_sources, input_rows, scores, samples, subsets, prompts = [], [], [], [], [], set()
         extra_columns: dict[str, list[float]] = {}
         turn_fields: list[dict] = []  # multi-turn per-sample fields, summarized over all batches
         val_kwargs = self.config.actor_rollout_ref.rollout.val_kwargs
@@ -333,16 +333,23 @@ class PPOTrainer:
             for key, values in numeric_columns(dict(result.get("reward_extra_info", {})), len(batch)).items():
                 extra_columns.setdefault(key, [float("nan")] * (len(scores) - len(batch))).extend(values)
             data_sources.extend(batch.non_tensor_batch.get("data_source", np.array(["unknown"] * len(batch), dtype=object)).tolist())
+            subsets.extend(_subsets(batch))
             # Samples are grouped by the validation row they answer (a repeated question
             # still counts once per row), n adjacent samples per row.
             input_rows.extend(f"{batch_index}:{i // n}" for i in range(len(batch)))
             prompt_texts = self.tokenizer.batch_decode(batch.batch["prompts"], skip_special_tokens=True)
+            prompts.update(prompt_texts)
             if len(samples) < self.config.trainer.log_val_generations:
                 responses = self.tokenizer.batch_decode(batch.batch["responses"], skip_special_tokens=True)
                 samples.extend(zip(prompt_texts, responses, seq_scores))
         infos = {"reward": scores}
         infos.update({k: v + [float("nan")] * (len(scores) - len(v)) for k, v in extra_columns.items() if k != "reward"})
-        metrics = process_validation_metrics(np.array(data_sources, dtype=object), np.array(input_rows, dtype=object), infos, None)
+        metrics = process_validation_metrics(
+            np.array(data_sources, dtype=object), np.array(input_rows, dtype=object), infos, None,
+            subsets=subsets if any(s is not None for s in subsets) else None,
+        )
+        metrics["val-aux/num_prompts"] = float(len(set(input_rows)))
+        metrics["val-aux/num_distinct_prompts"] = float(len(prompts))
         if turn_fields:
             # First-turn accuracy (first_turn_reward), final reward, turns, finish reasons.
             merged = {key: np.concatenate([f[key] for f in turn_fields]) for key in turn_fields[0]}
@@ -450,6 +457,14 @@ class PPOTrainer:
             metrics["timing_s/save_checkpoint"] = save_checkpoint(self)
 
 
+def _subsets(batch: DataProto) -> list:
+    """Each row's question type (`extra_info.subset`, as the arithmetic task writes), or None."""
+    infos = batch.non_tensor_batch.get("extra_info")
+    if infos is None:
+        return [None] * len(batch)
+    return [info.get("subset") if isinstance(info, dict) else None for info in infos]
+
+
 def numeric_columns(extra_info: dict, rows: int) -> dict[str, list[float]]:
     """The per-sample numeric columns of a reward manager's extra info (one value per row)."""
     columns = {}
@@ -544,7 +559,12 @@ def print_summary(config, result: dict) -> None:
     before, after = _val_score(result.get("val_before") or {}), _val_score(result.get("val_after") or {})
     lines = [f"hybrid: finished {result.get('steps', 0)} steps in {result['minutes']:.1f} min"]
     if before is not None:
-        lines.append(f"  validation accuracy (greedy): before {before:.3f}" + (f" -> after {after:.3f}" if after is not None else ""))
+        val = result.get("val_before") or {}
+        distinct, rows = val.get("val-aux/num_distinct_prompts"), val.get("val-aux/num_prompts")
+        held_out = "" if distinct is None else f" on {int(distinct)} distinct held-out prompts" + (
+            f" ({int(rows)} rows)" if rows is not None and rows != distinct else ""
+        )
+        lines.append(f"  validation accuracy (greedy){held_out}: before {before:.3f}" + (f" -> after {after:.3f}" if after is not None else ""))
     lines.append(f"  metrics: {os.path.join(config.trainer.default_local_dir, 'metrics.jsonl')}")
     if result.get("plots"):
         lines.append(f"  plots: {os.path.dirname(result['plots'][0])} ({', '.join(os.path.basename(str(p)) for p in result['plots'])})")

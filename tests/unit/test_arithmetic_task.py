@@ -85,6 +85,41 @@ def test_write_is_idempotent_and_rewrites_on_new_parameters(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["arithmetic_params.json", "train.parquet", "val.parquet"]
 
 
+def _held_out_side(digits, op="+"):
+    """Every question of a kind that the hash puts on the held-out side, listed by brute force."""
+    from hybrid.arithmetic_task import _is_val_question
+
+    span = range(10) if digits == 1 else range(10 ** (digits - 1), 10**digits)
+    return {q for a in span for b in span if _is_val_question(q := f"What is {a} {op} {b}?", 0.2)}
+
+
+def test_default_validation_file_is_distinct_and_disjoint_from_training(tmp_path):
+    paths = write_default_arithmetic_dataset(tmp_path / "default")
+    train = pq.read_table(paths["train"]).to_pylist()
+    val = pq.read_table(paths["val"]).to_pylist()
+    val_questions = [r["extra_info"]["question"] for r in val]
+    assert len(val) == 200 and len(set(val_questions)) == 200
+    assert _questions(train).isdisjoint(val_questions)
+    # Single-digit addition has too few held-out questions for half of 200: all of them
+    # are used, two-digit questions make up the rest.
+    one_digit = {r["extra_info"]["question"] for r in val if r["extra_info"]["subset"] == "1-digit"}
+    assert one_digit == _held_out_side(1) and 0 < len(one_digit) < 100
+    assert sum(r["extra_info"]["subset"] == "2-digit" for r in val) == 200 - len(one_digit)
+
+
+def test_held_out_shares_follow_the_weights_where_the_pools_allow():
+    rows = make_arithmetic_rows(400, seed=2, split="val", digits=(2, 3), ops=("+", "*"), op_weights=(3, 1))
+    counts = {}
+    for r in rows:
+        counts[r["extra_info"]["subset"]] = counts.get(r["extra_info"]["subset"], 0) + 1
+    # 400 x digit 1/2 x op 3/4 or 1/4, all pools large enough (3 digits are drawn, not listed).
+    assert counts == {"2-digit-add": 150, "2-digit-mul": 50, "3-digit-add": 150, "3-digit-mul": 50}
+    assert len(_questions(rows)) == 400
+    too_many = len(_held_out_side(1)) + 1
+    with pytest.raises(ValueError, match=f"only {too_many - 1} distinct held-out questions exist"):
+        make_arithmetic_rows(too_many, seed=0, split="val", digits=(1,), ops=("+",))
+
+
 def test_default_dataset_and_cli_function(tmp_path):
     paths = write_default_arithmetic_dataset(tmp_path / "default")
     rows = pq.read_table(paths["train"]).to_pylist()

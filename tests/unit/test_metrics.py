@@ -246,6 +246,23 @@ def test_validation_groups_chat_prompts_by_content():
     assert approx(m["val-core/s/reward/mean@2"], 0.5)
 
 
+def test_validation_breaks_the_mean_down_by_subset():
+    # Four greedy prompts from one source, two question types; "x" rows have no type.
+    sources = ["arithmetic"] * 4 + ["openai/gsm8k"] * 2
+    prompts = ["a", "b", "c", "d", "e", "f"]
+    subsets = ["1-digit", "2-digit", "2-digit", "2-digit", None, "hard"]
+    acc = [1.0, 0.0, 1.0, 1.0, 0.0, 1.0]
+    m = process_validation_metrics(sources, prompts, {"reward": acc}, subsets=subsets)
+    assert approx(m["val-core/arithmetic/reward/mean@1"], 0.75)  # the headline is over all prompts
+    assert approx(m["val-aux/arithmetic/1-digit/reward/mean@1"], 1.0)
+    assert approx(m["val-aux/arithmetic/2-digit/reward/mean@1"], 2 / 3)
+    assert approx(m["val-aux/openai/gsm8k/hard/reward/mean@1"], 1.0)
+    assert not [k for k in m if "/None/" in k]
+    assert process_validation_metrics(sources, prompts, {"reward": acc}).keys() < m.keys()
+    with pytest.raises(ValueError, match="subsets has 2 rows"):
+        process_validation_metrics(sources, prompts, {"reward": acc}, subsets=["x", "y"])
+
+
 def test_validation_errors():
     with pytest.raises(ValueError, match="fewer than n=3"):
         process_validation_metrics(["s", "s", "s"], ["a", "a", "b"], {"reward": [1, 1, 1]}, n=3)

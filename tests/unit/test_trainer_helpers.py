@@ -30,3 +30,18 @@ def test_select_device_cpu_hides_gpus_and_rejects_unknown(monkeypatch):
     finally:
         monkeypatch.delenv("HYBRID_DEVICE", raising=False)
         device.is_cuda_available.cache_clear()
+
+
+def test_summary_names_the_held_out_set_by_its_distinct_count(tmp_path, capsys):
+    from hybrid.config import build_config
+    from hybrid.trainer import print_summary
+
+    config = build_config([f"trainer.default_local_dir={tmp_path}"])
+    before = {"val-core/arithmetic/reward/mean@1": 0.25, "val-aux/num_prompts": 200.0, "val-aux/num_distinct_prompts": 103.0}
+    after = {"val-core/arithmetic/reward/mean@1": 0.75}
+    print_summary(config, {"steps": 3, "minutes": 1.5, "val_before": before, "val_after": after})
+    out = capsys.readouterr().out
+    assert "validation accuracy (greedy) on 103 distinct held-out prompts (200 rows): before 0.250 -> after 0.750" in out
+    before["val-aux/num_prompts"] = 103.0
+    print_summary(config, {"steps": 3, "minutes": 1.5, "val_before": before, "val_after": after})
+    assert "on 103 distinct held-out prompts: before 0.250" in capsys.readouterr().out
