@@ -359,9 +359,7 @@ SKYRL_REFUSED = [
     ("trainer.algorithm.max_seq_len=2048", "divisor"),
     ("trainer.algorithm.policy_loss_type=my_loss", "PolicyLossRegistry"),
     ("trainer.algorithm.temperature=0.5", "sampling temperature"),
-    ("generator.max_turns=3", "does not map"),
-    ("generator.batched=false", "multi-turn rollouts"),
-    ("generator.step_wise_trajectories=true", "multi-turn"),
+    ("generator.step_wise_trajectories=true", "step-wise training"),
     ("generator.backend=sglang", "in-process vLLM"),
     ("generator.run_engines_locally=false", "remote engines"),
     ("generator.inference_engine.enable_http_endpoint=true", "HTTP endpoint"),
@@ -370,8 +368,7 @@ SKYRL_REFUSED = [
     ("generator.apply_overlong_filtering=true", "overlong filter"),
     ("generator.chat_template.name_or_path=/t.jinja", "chat template"),
     ("generator.eval_sampling_params.min_p=0.1", "validation min_p"),
-    ("environment.env_class=text2sql", "does not map"),
-    ("environment.skyrl_gym.search.topk=3", "search tool"),
+    ("environment.env_class=sokoban", "no environment of that name"),
     ("trainer.policy.model.lora.dropout=0.1", "dropout"),
     ("trainer.policy.record_memory=true", "memory-snapshot"),
     ("trainer.dump_data_batch=true", "batch dump"),
@@ -395,9 +392,8 @@ def test_skyrl_refusals_are_all_listed_at_once_by_name_with_the_reason():
     "override, reason",
     [
         ("trainer.strategy=deepspeed", "DeepSpeed"),
-        ("environment.env_class=llm_as_a_judge", "LLM"),
-        ("environment.env_class=lcb", "sandbox"),
-        ("environment.env_class=gsm8k_multi_turn", "does not map"),
+        ("environment.env_class=llm_as_a_judge", "entry point"),
+        ("generator.max_turns=0", "a whole number >= 1"),
     ],
 )
 def test_skyrl_refused_values(override, reason):
@@ -409,8 +405,8 @@ def test_skyrl_documents_at_least_twenty_refused_keys():
     assert len(refused) >= 20
     assert all(r.note for r in refused)
     keys = {r.key for r in refused}
-    for key in ("trainer.placement.colocate_all", "trainer.policy.sequence_parallel_size", "generator.max_turns",
-                "generator.batched", "trainer.policy.megatron_config.*", "trainer.fully_async.*"):
+    for key in ("trainer.placement.colocate_all", "trainer.policy.sequence_parallel_size",
+                "generator.step_wise_trajectories", "trainer.policy.megatron_config.*", "trainer.fully_async.*"):
         assert key in keys
 
 
@@ -625,7 +621,7 @@ rewards:
     worker_cls: roll.pipeline.rlvr.rewards.code_sandbox_reward_worker.CodeSandboxRewardWorker
 """
 ROLL_REFUSED = [
-    ("adv_estimator=gigpo", "does not map"),
+    ("adv_estimator=gigpo", "step-wise estimator"),
     ("async_generation_ratio=1", "synchronous and on-policy"),
     ("logging_steps=5", "logs every step"),
     ("reward_clip=10", "reward clipping"),
@@ -738,10 +734,11 @@ def test_cfg_job_prints_the_roll_file_in_verl_keys(tmp_path):
 
 
 def test_refusal_exits_2_with_every_problem_and_no_traceback(tmp_path):
-    done = run_cli(tmp_path, "--dialect", "skyrl", "trainer.placement.colocate_all=false", "generator.max_turns=4")
+    done = run_cli(tmp_path, "--dialect", "skyrl", "trainer.placement.colocate_all=false",
+                   "generator.step_wise_trajectories=true")
     assert done.returncode == 2
     assert "trainer.placement.colocate_all=false: hybrid always colocates" in done.stderr
-    assert "generator.max_turns=4: the SkyRL dialect does not map multi-turn keys yet" in done.stderr
+    assert "generator.step_wise_trajectories=true: step-wise training" in done.stderr
     assert "Traceback" not in done.stderr
 
 

@@ -14,7 +14,8 @@ Units that differ are transformed: ROLL's optimizer-step batch is
 verl's `ppo_mini_batch_size` is that divided by `num_return_sequences_in_group` (prompts);
 ROLL's warm-up counts optimizer steps, hybrid's training steps; `sequence_length` is prompt
 plus response. hybrid runs every role on the same devices, so the worker sections must share
-one `device_mapping`; its length is the number of devices.
+one `device_mapping`; its length is the number of devices. The agentic pipeline's multi-turn
+keys (custom_envs, the env managers) are in roll_agentic.py.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import os
 import re
 from typing import Any
 
+from hybrid.config.dialects.roll_agentic import AGENTIC_RULES
 from hybrid.config.dialects.table import (
     NO_DUAL_CLIP,
     Context,
@@ -52,7 +54,10 @@ COLOCATED = (
     "hybrid runs actor_train, actor_infer, reference and critic colocated on the same devices; "
     "give them the same device_mapping"
 )
-AGENTIC = "an agentic (multi-turn) estimator: the ROLL dialect does not map agentic pipelines; use actor_rollout_ref.rollout.multi_turn.* with --dialect verl"
+AGENTIC = (
+    "a step-wise estimator of ROLL's agentic pipeline (one sample per environment step): hybrid estimates "
+    "advantages per trajectory; multi-turn episodes (custom_envs) train with grpo, gae, reinforce and the others"
+)
 ASYNC = "hybrid is synchronous and on-policy: each step generates with the current weights, then trains"
 NATIVE_TEMPLATE = "hybrid renders prompts with the tokenizer's own chat template (ROLL's `native`)"
 
@@ -944,6 +949,7 @@ RULES: tuple[Rule, ...] = (
     refuse("reward_model.*", "ROLL's shared reward-model cluster: use reward_model.* in verl keys"),
     refuse("critic.generating_args.*", "the critic generates nothing"),
     *(rule for role in ("actor_train", "actor_infer", "reference", "critic") for rule in _worker_rules(role)),
+    *AGENTIC_RULES,
 )
 
 DIALECT = Dialect(
@@ -963,6 +969,9 @@ DIALECT = Dialect(
         "defaults to gae, loss_agg_mode to seq-mean-token-mean (hybrid: token-mean), init_kl_coef to 0.2.",
         "Data files use verl's columns (prompt, data_source, reward_model.ground_truth, extra_info); "
         "ROLL's tag column does not route rows, each row's data_source picks the scorer.",
+        "Multi-turn: a custom_envs section (the agentic pipeline's) sets hybrid's multi_turn section; the "
+        "episodes start from the data file's rows, whose env_class column picks the environment where "
+        "custom_envs names none (roll_agentic.py has the details).",
     ),
 )
 

@@ -14,12 +14,15 @@ micro batches in samples per GPU, like verl); the exceptions are transformed her
 warm-up steps (SkyRL counts optimizer steps, hybrid training steps), the weight-transfer
 bucket (GB -> MB), KL estimator and loss-reduction names, and SkyRL's plain PPO clip
 (`policy_loss_type=regular`), which is hybrid's dual-clip loss with a bound that never binds.
+The multi-turn keys (generator.max_turns, the token budgets, environment.*) are in
+skyrl_multi_turn.py.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from hybrid.config.dialects.skyrl_multi_turn import ENVIRONMENT_RULES, GENERATOR_RULES
 from hybrid.config.dialects.table import (
     NO_DUAL_CLIP,
     Context,
@@ -41,8 +44,6 @@ ROLLOUT = f"{ARR}.rollout"
 REF = f"{ARR}.ref"
 
 # Reasons repeated across several keys.
-MULTI_TURN = ("the SkyRL dialect does not map multi-turn keys yet; hybrid runs multi-turn rollouts with "
-              "--dialect verl and actor_rollout_ref.rollout.multi_turn.* (README: Multi-turn rollouts)")
 COLOCATED = "hybrid always colocates training and generation on the same devices"
 SAME_DEVICES = "hybrid places every role (policy, reference, critic, engine) on the same devices as the policy"
 MEGATRON = "the Megatron backend: hybrid trains with FSDP2 only"
@@ -372,16 +373,6 @@ def _logprobs(value: Any, ctx: Context) -> bool:
     return value is not None
 
 
-def _env_class(value: Any, ctx: Context) -> dict[str, Any]:
-    if value in SINGLE_TURN_ENVS:
-        return {}
-    raise Refusal(ENV_REFUSALS.get(value, (
-        f"no hybrid scorer for this environment; hybrid's single-turn scorers are gsm8k, math and "
-        f"arithmetic, picked by each row's data_source (reward/scorers); write a custom_reward_function "
-        f"for others"
-    )))
-
-
 def _lora_init(value: Any, ctx: Context) -> dict[str, Any]:
     if value == "kaiming":
         return {}  # PEFT's default init_lora_weights=True: Kaiming-uniform A, zero B
@@ -420,27 +411,6 @@ def _critic_path(value: Any, ctx: Context) -> dict[str, Any]:
     return {} if value is None else {"critic.model.path": value}
 
 
-# SkyRL environments (skyrl-gym) that are one response scored by a rule, and the hybrid
-# scorer that does the same; the row's data_source picks it (reward/scorers/__init__.py).
-SINGLE_TURN_ENVS = {
-    "gsm8k": "gsm8k scorer: rows with data_source openai/gsm8k or gsm8k",
-    "aime": "math scorer (last \\boxed{} answer): rows with data_source math, lighteval/MATH, HuggingFaceH4/MATH-500",
-}
-ENV_REFUSALS = {
-    "gsm8k_multi_turn": MULTI_TURN,
-    "text2sql": f"runs SQL against a database between turns: {MULTI_TURN}",
-    "sql": f"runs SQL against a database between turns: {MULTI_TURN}",
-    "search": f"calls a search tool between turns: {MULTI_TURN}",
-    "searchcode": f"calls tools between turns: {MULTI_TURN}",
-    "lcb": "runs the response's code against tests: hybrid has no code sandbox; write a custom_reward_function",
-    "llm_as_a_judge": "asks an LLM API for the score: use reward_model.* or a custom_reward_function",
-}
-
-
-def _env_note() -> str:
-    return "; ".join(f"{k}: {v}" for k, v in SINGLE_TURN_ENVS.items())
-
-
 RULES = (
     # ---- data
     via(
@@ -448,7 +418,7 @@ RULES = (
         "data.train_files",
         _lists,
         "list of files",
-        "parquet (or JSON-lines) files in verl's columns: prompt, data_source, reward_model.ground_truth; SkyRL's reward_spec column is not read",
+        "parquet (or JSON-lines) files in verl's columns: prompt, data_source, reward_model.ground_truth; single-turn scorers read reward_model, environments reward_spec (or reward_model)",
     ),
     via("data.val_data", "data.val_files", _lists, "list of files"),
     # ---- models
@@ -809,22 +779,7 @@ RULES = (
     ignore("trainer.algorithm.dynamic_sampling.min_replace_ratio", "read only with type=replace, which is refused"),
     # ---- generator
     same("generator.n_samples_per_prompt", f"{ROLLOUT}.n"),
-    refuse("generator.max_turns", MULTI_TURN, accept=(1,)),
-    refuse(
-        "generator.batched",
-        "hybrid generates a whole batch in one engine call (SkyRL's batched=true); per-trajectory agent loops (multi-turn rollouts) are not mapped by this dialect (see actor_rollout_ref.rollout.multi_turn)",
-        accept=(True,),
-    ),
-    ignore(
-        "generator.use_conversation_multi_turn",
-        "read only in multi-turn rollouts (generator.max_turns > 1), which are refused",
-    ),
-    ignore(
-        "generator.append_eos_token_after_stop_str_in_multi_turn",
-        "read only in multi-turn rollouts (generator.max_turns > 1), which are refused",
-    ),
-    refuse("generator.step_wise_trajectories", MULTI_TURN, accept=(False,)),
-    same("generator.max_input_length", "data.max_prompt_length", note="single-turn: the prompt is the whole input"),
+    *GENERATOR_RULES,
     refuse(
         "generator.chat_template.name_or_path",
         "hybrid renders prompts with the tokenizer's own chat template",
@@ -838,7 +793,6 @@ RULES = (
     same("generator.sampling_params.min_p", f"{ROLLOUT}.min_p"),
     same("generator.sampling_params.repetition_penalty", f"{ROLLOUT}.repetition_penalty"),
     same("generator.sampling_params.stop", f"{ROLLOUT}.stop"),
-    same("generator.sampling_params.max_generate_length", "data.max_response_length"),
     via("generator.sampling_params.logprobs", f"{ROLLOUT}.calculate_log_probs", _logprobs, "null -> false, N -> true",
         "hybrid keeps the sampled token's log-prob"),
     custom("generator.sampling_params.additional_kwargs.*", (f"{ROLLOUT}.<name>",), _additional_sampling,
@@ -847,8 +801,6 @@ RULES = (
            _eval_temperature, "temperature; do_sample = temperature > 0"),
     same("generator.eval_sampling_params.top_p", f"{ROLLOUT}.val_kwargs.top_p"),
     same("generator.eval_sampling_params.top_k", f"{ROLLOUT}.val_kwargs.top_k"),
-    same("generator.eval_sampling_params.max_generate_length", "data.max_response_length",
-         note="hybrid validates with the training response length"),
     refuse(
         "generator.eval_sampling_params.min_p",
         "no validation min_p key (actor_rollout_ref.rollout.val_kwargs has none)",
@@ -958,15 +910,7 @@ RULES = (
     ),
     free_form("generator.inference_engine.engine_init_kwargs.*", f"{ROLLOUT}.engine_kwargs.vllm"),
     # ---- environment
-    custom("environment.env_class", (), _env_class, "single-turn scorers accepted: " + ", ".join(SINGLE_TURN_ENVS),
-           "hybrid picks the scorer from each row's data_source column: " + _env_note()),
-    ignore(
-        "environment.skyrl_gym.max_env_workers",
-        "hybrid's rule scorers run in the driver (or reward_model.reward_manager=prime's pool)",
-    ),
-    refuse("environment.skyrl_gym.text2sql.*", ENV_REFUSALS["text2sql"]),
-    refuse("environment.skyrl_gym.search.*", ENV_REFUSALS["search"]),
-    refuse("environment.skyrl_gym.llm_as_a_judge.*", ENV_REFUSALS["llm_as_a_judge"]),
+    *ENVIRONMENT_RULES,
 )
 
 DIALECT = Dialect(
@@ -986,8 +930,11 @@ DIALECT = Dialect(
         "regular (hybrid: the dual-clip vanilla loss), lr to 1e-6 (hybrid: 2e-5), n_samples_per_prompt "
         "to 5 (hybrid: 4), and hybrid stops after trainer.total_training_steps=30 unless "
         "trainer.epochs is given.",
-        "Data files use verl's columns (prompt, data_source, reward_model.ground_truth, extra_info); "
-        "the scorer is picked by each row's data_source, not by SkyRL's env_class column.",
+        "Data files use verl's columns (prompt, data_source, reward_model.ground_truth, extra_info). "
+        "Single-turn, the scorer is picked by each row's data_source. In episodes (generator.max_turns > 1, "
+        "or environment.env_class naming an environment) the environment is environment.env_class, else "
+        "the row's env_class column (SkyRL's datasets), and it reads the row's columns (reward_spec, or "
+        "verl's reward_model as reward_spec).",
     ),
 )
 

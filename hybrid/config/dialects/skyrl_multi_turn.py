@@ -1,0 +1,258 @@
+"""SkyRL's multi-turn keys (generator.max_turns, its token budgets, environment.*) as rules
+of the SkyRL dialect, translated onto hybrid's `actor_rollout_ref.rollout.multi_turn`.
+
+When hybrid runs episodes. SkyRL always steps an environment (skyrl-gym) after the model;
+hybrid scores single-turn samples with the rule scorers picked by each row's data_source.
+So the multi-turn loop is switched on when `generator.max_turns > 1`, or when
+`environment.env_class` names an environment that is not one of the single-turn scorers
+(gsm8k, aime), which then runs as SkyRL runs it: episodes of max_turns model turns (one by
+default). Otherwise everything stays single-turn, as before.
+
+Token budgets (SkyRL's skyrl_gym_generator): each model turn may generate up to
+`sampling_params.max_generate_length` tokens, and a trajectory stops before a turn once its
+input (prompt + model turns + observations) is longer than `max_input_length` (default
+`trainer.max_prompt_length`). A trajectory is therefore at most max_input_length +
+max_generate_length tokens, prompt included. hybrid bounds the response part (model and
+observation tokens) by `data.max_response_length` next to `data.max_prompt_length`, so in
+episodes:
+
+    multi_turn.max_tokens_per_turn = max_generate_length
+    data.max_response_length       = max_input_length + max_generate_length - max_prompt_length
+    data.max_prompt_length         = trainer.max_prompt_length (max_input_length no longer)
+
+The total is SkyRL's for a prompt of full length. A shorter prompt leaves SkyRL more room
+for the response and hybrid the same fixed room; hybrid may also start one more, shorter,
+turn where SkyRL would stop because the input passed max_input_length.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hybrid.config.dialects.environments import ENV_KWARGS, MULTI_TURN, check_environment
+from hybrid.config.dialects.table import Context, Refusal, custom, refuse
+
+MAX_TURNS = "generator.max_turns"
+ENV_CLASS = "environment.env_class"
+GENERATE = "generator.sampling_params.max_generate_length"
+INPUT = "generator.max_input_length"
+
+# SkyRL environments (skyrl-gym) that are one response scored by a rule, and the hybrid
+# scorer that does the same; the row's data_source picks it (reward/scorers/__init__.py).
+SINGLE_TURN_ENVS = {
+    "gsm8k": "gsm8k scorer: rows with data_source openai/gsm8k or gsm8k",
+    "aime": "math scorer (last \\boxed{} answer): rows with data_source math, lighteval/MATH, HuggingFaceH4/MATH-500",
+}
+# Why a name hybrid does not know is not there, beyond the list of known names.
+ENV_HINTS = {
+    "llm_as_a_judge": "SkyRL's example environment is registered by its example's entry point, not by skyrl-gym",
+}
+# SkyRL's defaults for the environment sections skyrl-gym's classes read (skyrl-gym's
+# Text2SQLEnvConfig and SearchEnvConfig). SkyRL hands an environment its whole section,
+# defaults included; hybrid hands over only the keys written, so these are written with it.
+GYM_SECTION_DEFAULTS: dict[str, dict[str, Any]] = {
+    "text2sql": {"db_path": "/home/ray/default/sql_data"},
+    "search": {"log_requests": False, "search_url": "http://127.0.0.1:8000/retrieve", "topk": 3, "timeout": 30},
+}
+NEEDS_SERVICE = {
+    "text2sql": "reads SQLite files under db_path (a missing database file stops the run, naming the file)",
+    "search": (
+        "calls the retrieval server at search_url; without one each search step retries for about "
+        "45 s and ends its trajectory at multi_turn.env_step_timeout_s (finish reason error, "
+        "counted in multi_turn/* metrics)"
+    ),
+}
+
+
+def single_turn_note() -> str:
+    return "; ".join(f"{k}: {v}" for k, v in SINGLE_TURN_ENVS.items())
+
+
+# ---------------------------------------------------------------- when episodes run
+
+
+def _turns(ctx: Context) -> int | None:
+    value = ctx.get(MAX_TURNS, 1)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
+
+
+def episodes(ctx: Context) -> bool:
+    """Whether this SkyRL line runs hybrid's multi-turn loop (see the module doc)."""
+    turns = _turns(ctx)
+    if turns is not None and turns > 1:
+        return True
+    return ctx.has(ENV_CLASS) and ctx.get(ENV_CLASS) not in SINGLE_TURN_ENVS
+
+
+def _episode_keys(ctx: Context) -> dict[str, Any]:
+    # SkyRL puts each step's reward on the last token of its turn: reward_placement=turn.
+    return {
+        f"{MULTI_TURN}.enable": True,
+        f"{MULTI_TURN}.max_assistant_turns": _turns(ctx) or 1,
+        f"{MULTI_TURN}.reward_placement": "turn",
+    }
+
+
+def _positive(ctx: Context, key: str, verl_key: str) -> int:
+    value = ctx.effective(key, verl_key)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise Refusal(f"{key}={value}: the token budgets must be whole numbers >= 1")
+    return value
+
+
+def _budget_keys(ctx: Context) -> dict[str, Any]:
+    """The per-turn and trajectory budgets of an episode (the module doc has the formula)."""
+    generate = _positive(ctx, GENERATE, "data.max_response_length")
+    prompt = _positive(ctx, "trainer.max_prompt_length", "data.max_prompt_length")
+    limit = _positive(ctx, INPUT, "data.max_prompt_length") if ctx.has(INPUT) else prompt
+    if limit < prompt:
+        raise Refusal(
+            f"multi-turn: max_input_length {limit} is shorter than trainer.max_prompt_length {prompt}; SkyRL "
+            f"would end a trajectory with a longer prompt before its first turn, hybrid has no such filter"
+        )
+    return {f"{MULTI_TURN}.max_tokens_per_turn": generate, "data.max_response_length": limit + generate - prompt}
+
+
+# ---------------------------------------------------------------- converters
+
+
+def _max_turns(value: Any, ctx: Context) -> dict[str, Any]:
+    if _turns(ctx) is None:
+        raise Refusal("a whole number >= 1 (model turns per episode)")
+    return _episode_keys(ctx) if episodes(ctx) else {}
+
+
+def _batched(value: Any, ctx: Context) -> dict[str, Any]:
+    if not isinstance(value, bool):
+        raise Refusal("true or false")
+    if value and (_turns(ctx) or 1) > 1:
+        raise Refusal(
+            "SkyRL's batched generation runs a single turn whatever max_turns says; give batched=false "
+            "(its per-trajectory agent loop) for multi-turn"
+        )
+    # false: SkyRL's agent loop per trajectory; hybrid batches each turn over all live
+    # trajectories, which gives the same samples.
+    return {}
+
+
+def _conversation(value: Any, ctx: Context) -> dict[str, Any]:
+    if not isinstance(value, bool):
+        raise Refusal("true or false")
+    return {f"{MULTI_TURN}.use_conversation_multi_turn": value} if episodes(ctx) else {}
+
+
+def _append_eos(value: Any, ctx: Context) -> dict[str, Any]:
+    if value is True or not episodes(ctx):
+        return {}
+    conversation = ctx.effective("generator.use_conversation_multi_turn", f"{MULTI_TURN}.use_conversation_multi_turn")
+    if value is False and (not conversation or ctx.get("generator.sampling_params.stop") is None):
+        return {}  # SkyRL reads it only in conversation mode with stop strings
+    raise Refusal(
+        "hybrid always closes a model turn that did not end with EOS (a stop string, or its budget ran "
+        "out) with the EOS token, masked out of the loss as in SkyRL, before the next observation"
+    )
+
+
+def _input_length(value: Any, ctx: Context) -> dict[str, Any]:
+    return _budget_keys(ctx) if episodes(ctx) else {"data.max_prompt_length": value}
+
+
+def _generate_length(value: Any, ctx: Context) -> dict[str, Any]:
+    return _budget_keys(ctx) if episodes(ctx) else {"data.max_response_length": value}
+
+
+def _eval_generate_length(value: Any, ctx: Context) -> dict[str, Any]:
+    if not episodes(ctx):
+        return {"data.max_response_length": value}
+    train = ctx.effective(GENERATE, "data.max_response_length")
+    if value != train:
+        raise Refusal(f"hybrid validates with the training per-turn budget ({GENERATE}={train}); it has no separate key")
+    return {}
+
+
+def _gym_defaults(env: str, ctx: Context) -> dict[str, Any]:
+    """SkyRL's defaults for the leaves of environment.skyrl_gym.<env> not given."""
+    section = f"environment.skyrl_gym.{env}"
+    return {
+        f"{ENV_KWARGS}.{env}.{leaf}": value
+        for leaf, value in GYM_SECTION_DEFAULTS.get(env, {}).items()
+        if not ctx.has(f"{section}.{leaf}")
+    }
+
+
+def _env_class(value: Any, ctx: Context) -> dict[str, Any]:
+    if not episodes(ctx):
+        return {}  # a single-turn scorer name: hybrid's scorer for the row's data_source
+    name = check_environment(value, ENV_HINTS.get(value, ""))
+    return {f"{MULTI_TURN}.env_class": name, **_episode_keys(ctx), **_gym_defaults(name, ctx)}
+
+
+def _env_workers(value: Any, ctx: Context) -> dict[str, Any]:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise Refusal("a whole number >= 0")
+    # SkyRL's 0 runs the environment calls in its event loop, one at a time: one thread.
+    return {f"{MULTI_TURN}.env_workers": max(1, value)}
+
+
+def _gym_section(value: Any, ctx: Context) -> dict[str, Any]:
+    env, _, leaf = ctx.key[len("environment.skyrl_gym."):].partition(".")
+    if not leaf:
+        if value is None or value == {}:
+            return {}
+        raise Refusal("a section of keys (environment.skyrl_gym.<env_class>.<key>=value)")
+    return {f"{ENV_KWARGS}.{env}.{leaf}": value, **_gym_defaults(env, ctx)}
+
+
+def _service_note() -> str:
+    return "; ".join(f"{k} {v}" for k, v in NEEDS_SERVICE.items())
+
+
+GENERATOR_RULES = (
+    custom(MAX_TURNS, (f"{MULTI_TURN}.enable", f"{MULTI_TURN}.max_assistant_turns", f"{MULTI_TURN}.reward_placement"),
+           _max_turns, "1 -> single-turn (unless environment.env_class is an environment); N > 1 -> enable=true, "
+           "max_assistant_turns=N, reward_placement=turn",
+           "SkyRL puts each turn's reward on that turn's last token, hybrid's reward_placement=turn"),
+    custom("generator.batched", (), _batched, "false and true accepted; true with max_turns > 1 refused",
+           "SkyRL's batched=true generates one turn only; false is its per-trajectory agent loop, which hybrid "
+           "batches per turn over all live trajectories"),
+    custom("generator.use_conversation_multi_turn", (f"{MULTI_TURN}.use_conversation_multi_turn",), _conversation,
+           "same value in multi-turn; accepted, unread, in single-turn"),
+    custom("generator.append_eos_token_after_stop_str_in_multi_turn", (), _append_eos,
+           "true accepted (hybrid's behaviour); false refused where SkyRL reads it (multi-turn, conversation "
+           "mode, stop strings given)"),
+    refuse(
+        "generator.step_wise_trajectories",
+        "step-wise training (each turn its own sample) has no equivalent; hybrid trains one sample per "
+        "trajectory, observation tokens masked out",
+        accept=(False,),
+    ),
+    custom(INPUT, ("data.max_prompt_length", "data.max_response_length", f"{MULTI_TURN}.max_tokens_per_turn"),
+           _input_length, "single-turn: data.max_prompt_length; multi-turn: data.max_response_length = "
+           "max_input_length + max_generate_length - trainer.max_prompt_length",
+           "SkyRL stops a trajectory before a turn once its input is longer than max_input_length, so a "
+           "trajectory holds at most max_input_length + max_generate_length tokens, prompt included"),
+    custom(GENERATE, ("data.max_response_length", f"{MULTI_TURN}.max_tokens_per_turn"), _generate_length,
+           "single-turn: data.max_response_length; multi-turn: max_tokens_per_turn, and data.max_response_length "
+           "as for max_input_length",
+           "SkyRL's budget of one model turn"),
+    custom("generator.eval_sampling_params.max_generate_length", ("data.max_response_length",), _eval_generate_length,
+           "single-turn: data.max_response_length; multi-turn: must equal sampling_params.max_generate_length",
+           "hybrid validates with the training budgets"),
+)
+
+ENVIRONMENT_RULES = (
+    custom(ENV_CLASS, (f"{MULTI_TURN}.env_class", f"{MULTI_TURN}.enable", f"{MULTI_TURN}.max_assistant_turns"),
+           _env_class, "single-turn scorer names with max_turns 1: nothing (" + ", ".join(SINGLE_TURN_ENVS) + "); "
+           "otherwise a hybrid environment name -> multi_turn.env_class, episodes on",
+           "hybrid's environments: arithmetic_retry, skyrl-gym's (gsm8k_multi_turn, text2sql, search, lcb, "
+           "searchcode, gsm8k, aime) with the env extra, or path/to/env.py:ClassName. With env_class null a row's "
+           "env_class column picks the environment; a run-wide env_class applies to every row in hybrid, while "
+           "SkyRL's is the default for rows without one. Single-turn scorers: " + single_turn_note()),
+    custom("environment.skyrl_gym.max_env_workers", (f"{MULTI_TURN}.env_workers",), _env_workers,
+           "N -> N; 0 (SkyRL: in the event loop) -> 1"),
+    custom("environment.skyrl_gym.<env_class>.*", (f"{ENV_KWARGS}.<env_class>.<key>",), _gym_section,
+           "same names below env_kwargs.<env_class>, with SkyRL's defaults for text2sql and search",
+           "each environment gets its own section; " + _service_note()),
+)
+
+__all__ = ["ENVIRONMENT_RULES", "GENERATOR_RULES", "GYM_SECTION_DEFAULTS", "SINGLE_TURN_ENVS", "episodes", "single_turn_note"]
