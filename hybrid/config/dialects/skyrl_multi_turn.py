@@ -27,10 +27,11 @@ turn where SkyRL would stop because the input passed max_input_length.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from hybrid.config.dialects.environments import ENV_KWARGS, MULTI_TURN, check_environment
-from hybrid.config.dialects.table import Context, Refusal, custom, refuse
+from hybrid.config.dialects.table import Context, Refusal, custom, flatten, refuse
 
 MAX_TURNS = "generator.max_turns"
 ENV_CLASS = "environment.env_class"
@@ -196,11 +197,15 @@ def _env_workers(value: Any, ctx: Context) -> dict[str, Any]:
 
 def _gym_section(value: Any, ctx: Context) -> dict[str, Any]:
     env, _, leaf = ctx.key[len("environment.skyrl_gym."):].partition(".")
-    if not leaf:
-        if value is None or value == {}:
-            return {}
+    if leaf:
+        given = {leaf: value}
+    elif value is None or isinstance(value, Mapping):
+        given = flatten(value or {})  # the whole section as one value
+    else:
         raise Refusal("a section of keys (environment.skyrl_gym.<env_class>.<key>=value)")
-    return {f"{ENV_KWARGS}.{env}.{leaf}": value, **_gym_defaults(env, ctx)}
+    written = {f"{ENV_KWARGS}.{env}.{k}": v for k, v in given.items()}
+    # Defaults first: a leaf given inside a whole-section value replaces its default.
+    return {**_gym_defaults(env, ctx), **written}
 
 
 def _service_note() -> str:
