@@ -1,6 +1,7 @@
 """The multi-turn example on two ranks through Ray (gloo, CPU): GRPO with the
-`arithmetic_retry` environment on the tiny random model, fp32 everywhere, the HF engine
-(each rank holds its own engine copy, refreshed from the FSDP shards after every update).
+`arithmetic_retry` environment on the tiny random model, fp32 everywhere, each rank with its
+own in-process engine refreshed from the FSDP shards after every update: the HF engine, and
+(slow tier) the vLLM engine.
 
 The two ranks get trajectories of different lengths: the environment gives a row as many
 attempts as its `max_turns` column says (arithmetic_retry's documented per-row setting), and
@@ -61,11 +62,19 @@ def ray_session():
     ray.shutdown()
 
 
-def test_two_ranks_with_uneven_trajectories(ray_session, tiny_model_dir, uneven_files, tmp_path, monkeypatch):
+ENGINES = {
+    "hf": ["actor_rollout_ref.rollout.name=hf"],
+    "vllm": ["actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.max_num_batched_tokens=512"],
+}
+
+
+@pytest.mark.parametrize("engine", ["hf", pytest.param("vllm", marks=pytest.mark.slow)])
+def test_two_ranks_with_uneven_trajectories(engine, ray_session, tiny_model_dir, uneven_files, tmp_path, monkeypatch):
     from hybrid.trainer import PPOTrainer
 
     cfg = run_config(
         tiny_model_dir, uneven_files, tmp_path / "run",
+        *ENGINES[engine],
         "trainer.n_gpus_per_node=2",
         "trainer.worker_group=ray",
         "trainer.total_training_steps=2",
