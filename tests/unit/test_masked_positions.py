@@ -226,15 +226,25 @@ def test_value_loss_ignores_masked_garbage(agg):
 
 class LogitsTable(torch.nn.Module):
     """A stand-in causal LM: row i's logits are a trainable (R + 1, V) table, found through
-    the first prompt token (the row's number), so micro-batches may take any rows."""
+    the first prompt token (the row's number), so micro-batches may take any rows. Column j
+    is the logits at sequence position P - 1 + j (the one predicting response token j).
+    Takes padded rows (`logits_to_keep` = R + 1) and packed ones (use_remove_padding: one
+    row of real tokens, varlen boundaries, `logits_to_keep` = the packed positions to keep)."""
 
     def __init__(self, logits: torch.Tensor):
         super().__init__()
         self.table = torch.nn.Parameter(logits.clone())
 
-    def forward(self, input_ids, attention_mask, position_ids, use_cache, logits_to_keep):
-        assert logits_to_keep == self.table.shape[1]
-        return SimpleNamespace(logits=self.table[input_ids[:, 0]])
+    def forward(self, input_ids, position_ids, use_cache, logits_to_keep, attention_mask=None, **varlen):
+        if not varlen:
+            assert logits_to_keep == self.table.shape[1]
+            return SimpleNamespace(logits=self.table[input_ids[:, 0]])
+        starts = varlen["cu_seq_lens_q"].long()
+        seq_of = torch.bucketize(logits_to_keep, starts[1:], right=True)  # which packed row
+        column = logits_to_keep - starts[seq_of] - (P - 1)  # the prompt is never padded here
+        assert bool((column >= 0).all()) and bool((column < self.table.shape[1]).all())
+        rows = input_ids[0, starts[seq_of]]
+        return SimpleNamespace(logits=self.table[rows, column].unsqueeze(0))
 
 
 def actor_data(batch: dict, on_policy: bool, bypass: bool = False) -> DataProto:
@@ -251,7 +261,7 @@ def actor_data(batch: dict, on_policy: bool, bypass: bool = False) -> DataProto:
     return DataProto.from_dict(tensors=tensors)
 
 
-def run_update(batch: dict, cfg, on_policy: bool, correction=None, mini_batch_size: int = B):
+def run_update(batch: dict, cfg, on_policy: bool, correction=None, mini_batch_size: int = B, packed: bool = False):
     """One `update_policy` call on the stand-in model (SGD, lr 0.1): the metrics, the summed
     gradient of every backward pass, and the table after the optimizer steps."""
     from workers.actor import DataParallelPPOActor
@@ -261,7 +271,7 @@ def run_update(batch: dict, cfg, on_policy: bool, correction=None, mini_batch_si
     grads = []
     model.table.register_hook(lambda g: grads.append(g.clone()))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    actor = DataParallelPPOActor(model, use_remove_padding=False, config=cfg, optimizer=optimizer)
+    actor = DataParallelPPOActor(model, use_remove_padding=packed, config=cfg, optimizer=optimizer)
     data = actor_data(batch, on_policy, bypass=correction is not None and correction.bypass_mode)
     if correction is not None:
         data.meta_info["rollout_correction"] = correction
@@ -270,10 +280,10 @@ def run_update(batch: dict, cfg, on_policy: bool, correction=None, mini_batch_si
     return metrics, torch.stack(grads).sum(0), model.table.detach().clone()
 
 
-def check_update(cfg, on_policy: bool, correction=None, mini_batch_size: int = B) -> dict:
+def check_update(cfg, on_policy: bool, correction=None, mini_batch_size: int = B, packed: bool = False) -> dict:
     clean_batch, dirty_batch = make_batch(garbage=False), make_batch(garbage=True)
-    clean, clean_grad, clean_after = run_update(clean_batch, cfg, on_policy, correction, mini_batch_size)
-    dirty, dirty_grad, dirty_after = run_update(dirty_batch, cfg, on_policy, correction, mini_batch_size)
+    clean, clean_grad, clean_after = run_update(clean_batch, cfg, on_policy, correction, mini_batch_size, packed)
+    dirty, dirty_grad, dirty_after = run_update(dirty_batch, cfg, on_policy, correction, mini_batch_size, packed)
     assert_same(clean, dirty, "update_policy metrics")
     hole = _mask() == 0
     assert torch.count_nonzero(dirty_grad[:, :-1][hole]) == 0
@@ -286,13 +296,24 @@ def check_update(cfg, on_policy: bool, correction=None, mini_batch_size: int = B
     return clean
 
 
+@pytest.mark.parametrize("on_policy", [False, True])
+def test_the_stand_in_model_gives_the_same_update_packed_and_padded(on_policy):
+    # So the remove_padding cases below run the same model as the padded ones.
+    cfg = actor_config().actor_rollout_ref.actor
+    padded, padded_grad, _ = run_update(make_batch(garbage=False), cfg, on_policy)
+    packed, packed_grad, _ = run_update(make_batch(garbage=False), cfg, on_policy, packed=True)
+    assert_same(padded, packed, "packed vs padded")
+    torch.testing.assert_close(packed_grad, padded_grad, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["padded", "remove_padding"])
 @pytest.mark.parametrize("agg", ALL_AGG_MODES)
 @pytest.mark.parametrize("loss_mode", ALL_POLICY_LOSSES)
-def test_actor_update_ignores_masked_garbage(loss_mode, agg):
+def test_actor_update_ignores_masked_garbage(loss_mode, agg, packed):
     a = "actor_rollout_ref.actor."
     cfg = actor_config(f"{a}policy_loss.loss_mode={loss_mode}", f"{a}loss_agg_mode={agg}").actor_rollout_ref.actor
     # Two mini-batches of 3 rows, micro-batches of 2: uneven micro-batches, global weights.
-    metrics = check_update(cfg, on_policy=False, mini_batch_size=B // 2)
+    metrics = check_update(cfg, on_policy=False, mini_batch_size=B // 2, packed=packed)
     for key in ("actor/pg_loss", "actor/entropy_loss", "actor/kl_loss", "actor/grad_norm"):
         assert key in metrics and math.isfinite(metrics[key]), key
 
@@ -304,12 +325,13 @@ def test_actor_kl_loss_ignores_masked_garbage(kind):
     assert metrics["actor/kl_loss"] != 0
 
 
+@pytest.mark.parametrize("packed", [False, True], ids=["padded", "remove_padding"])
 @pytest.mark.parametrize("agg", ALL_AGG_MODES)
-def test_on_policy_update_and_its_engine_gap_metrics_ignore_masked_garbage(agg):
+def test_on_policy_update_and_its_engine_gap_metrics_ignore_masked_garbage(agg, packed):
     # On-policy, the update reports what the skipped old log-prob pass would have: the
     # entropy and the engine/trainer gap (rollout/logp_abs_diff_*), over model tokens only.
     cfg = actor_config(f"actor_rollout_ref.actor.loss_agg_mode={agg}").actor_rollout_ref.actor
-    metrics = check_update(cfg, on_policy=True)
+    metrics = check_update(cfg, on_policy=True, packed=packed)
     assert {"actor/entropy", "rollout/logp_abs_diff_mean", "rollout/logp_abs_diff_max"} <= metrics.keys()
     # Reference: the gap over the model tokens, computed here.
     batch = make_batch(garbage=False)
@@ -320,10 +342,17 @@ def test_on_policy_update_and_its_engine_gap_metrics_ignore_masked_garbage(agg):
 
 
 CORRECTIONS = {
-    "decoupled_token_tis_and_rejection": ["rollout_is=token", "rollout_rs='token_k1,seq_max_k2'", "rollout_rs_threshold='0.5_2.0,2.0'"],
-    "decoupled_sequence_is_normalized": ["rollout_is=sequence", "rollout_is_threshold=5.0", "rollout_is_batch_normalize=true", "rollout_rs=seq_mean_k3", "rollout_rs_threshold=0.5"],
+    "decoupled_token_tis_and_rejection": [
+        "rollout_is=token", "rollout_rs='token_k1,seq_max_k2'", "rollout_rs_threshold='0.5_2.0,2.0'",
+    ],
+    "decoupled_sequence_is_normalized": [
+        "rollout_is=sequence", "rollout_is_threshold=5.0", "rollout_is_batch_normalize=true",
+        "rollout_rs=seq_mean_k3", "rollout_rs_threshold=0.5",
+    ],
     "bypass_ppo_clip": ["bypass_mode=true", "rollout_is=token", "rollout_rs=seq_sum_k1", "rollout_rs_threshold='0.2_5.0'"],
-    "bypass_reinforce": ["bypass_mode=true", "loss_type=reinforce", "rollout_is=token", "rollout_rs=token_k2", "rollout_rs_threshold=0.05"],
+    "bypass_reinforce": [
+        "bypass_mode=true", "loss_type=reinforce", "rollout_is=token", "rollout_rs=token_k2", "rollout_rs_threshold=0.05",
+    ],
 }
 
 
