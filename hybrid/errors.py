@@ -39,6 +39,7 @@ NAMED_ERRORS = frozenset({
     "hybrid.data.DataError",
     "hybrid.checkpointing.CheckpointError",
     "reward.manager.RewardFunctionError",
+    "reward.environments.base.EnvironmentFailed",
     "hybrid.controller.ray_worker_group.WorkerFailedError",
 })
 # Types that mean "the input is wrong" wherever they are raised: always status 2.

@@ -11,7 +11,7 @@
 """
 
 from reward.environments import arithmetic_retry  # noqa: F401  (registers arithmetic_retry)
-from reward.environments.base import BaseTextEnv, EnvTimeout, StepOutput, check_step_output
+from reward.environments.base import BaseTextEnv, EnvironmentFailed, EnvTimeout, StepOutput, check_step_output
 from reward.environments.factory import EnvFactory, env_extras
 from reward.environments.registry import ENV_REGISTRY, get_env_cls, known_env_names, register_env
 
@@ -22,6 +22,7 @@ __all__ = [
     "EnvTimeout",
     "StepOutput",
     "check_step_output",
+    "EnvironmentFailed",
     "env_extras",
     "get_env_cls",
     "known_env_names",

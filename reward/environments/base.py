@@ -63,6 +63,12 @@ def _message_problem(message) -> str | None:
     return None
 
 
+class EnvironmentFailed(RuntimeError):
+    """An environment raised, timed out in a way the run cannot absorb, or broke the step
+    contract; the message names the environment, the row and the call. When the
+    environment's own code raised, that error is the cause (its frames are shown)."""
+
+
 def check_step_output(output) -> tuple[list[dict[str, str]], float, bool, dict]:
     """(observations, reward, done, metadata) of one `step` result; ValueError when its
     shape is not the contract's (the loop reports it as the environment's error)."""

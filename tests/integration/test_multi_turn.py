@@ -49,7 +49,7 @@ PLAIN_ROLES_TEMPLATE = (
 class ScriptedEnv(BaseTextEnv):
     """env_kwargs.mode: "retry" (wrong until the answer 68, rewards 0.25 then 1),
     "forever" (never done, reward = turn number), "sleep" (row index 1 sleeps in step),
-    "raise" (row index 1 raises in step)."""
+    "raise" (row index 1 raises in step), "malformed" (row index 1 returns a string reward)."""
 
     def step(self, action):
         self.turns += 1
@@ -58,6 +58,8 @@ class ScriptedEnv(BaseTextEnv):
             time.sleep(60)
         if mode == "raise" and row == 1:
             raise ArithmeticError(f"cannot judge {action!r}")
+        if mode == "malformed" and row == 1:
+            return {"observations": [], "reward": "high", "done": True}
         if mode == "forever":
             observations = [{"role": "user", "content": f"Go on ({self.turns})."}]
             return {"observations": observations, "reward": float(self.turns), "done": False, "metadata": {}}
@@ -333,6 +335,24 @@ def test_a_raising_environment_stops_the_run_or_is_counted(tiny_model_dir, token
     with pytest.raises(RuntimeError, match=r"environment ScriptedEnv raised ArithmeticError in step on row 1 "
                                            r"\(batch position 1, sample 0\): cannot judge '58'"):
         engine.generate_sequences(chat_batch(tokenizer, [CHAT, CHAT]))
+    from hybrid.errors import format_error
+
+    with pytest.raises(RuntimeError) as raised:
+        engine.generate_sequences(chat_batch(tokenizer, [CHAT, CHAT]))
+    # The environment's own code raised: its frames (this file's), then one hybrid line.
+    text = format_error(raised.value)
+    assert text.startswith("Traceback (your code;") and "in step\n    raise ArithmeticError" in text
+    assert "hybrid: environment ScriptedEnv raised ArithmeticError in step on row 1" in text
+    malformed = [f"{MT}.env_class=test_scripted", f"{MT}.env_kwargs.mode=malformed"]
+    with pytest.raises(RuntimeError) as broken:
+        ScriptedEngine(rollout_config(tiny_model_dir, *malformed), tokenizer, script).generate_sequences(
+            chat_batch(tokenizer, [CHAT, CHAT])
+        )
+    # A result that breaks the step contract: found by our check, one line, no traceback.
+    assert format_error(broken.value) == (
+        "hybrid: environment ScriptedEnv raised ValueError in step on row 1 (batch position 1, sample 0): step reward "
+        f"must be a number, got str 'high' (set {MT}.tolerate_env_errors=true to end such trajectories instead)\n"
+    )
     tolerant = rollout_config(tiny_model_dir, *overrides, f"{MT}.tolerate_env_errors=true")
     out = ScriptedEngine(tolerant, tokenizer, script).generate_sequences(chat_batch(tokenizer, [CHAT, CHAT]))
     assert out.non_tensor_batch["multi_turn_finish_reason"].tolist()[1] == "error"

@@ -53,7 +53,7 @@ import numpy as np
 import torch
 
 from protocol.data_proto import DataProto
-from reward.environments import EnvFactory, EnvTimeout, check_step_output
+from reward.environments import EnvFactory, EnvironmentFailed, EnvTimeout, check_step_output
 from reward.environments.pool import Outcome, StepPool
 from workers.rollout.base import sampling_settings
 
@@ -230,7 +230,7 @@ class MultiTurnLoop:
         )
         if not self.settings.tolerate_env_errors:
             hint = f"set {MULTI_TURN}.tolerate_env_errors=true to end such trajectories instead"
-            raise RuntimeError(f"{message} ({hint})") from error
+            raise EnvironmentFailed(f"{message} ({hint})") from error
         trajectory.finish = "error"
         trajectory.error = message
         return True
