@@ -1,7 +1,8 @@
 """The multi-turn example on two ranks through Ray (gloo, CPU): GRPO with the
 `arithmetic_retry` environment on the tiny random model, fp32 everywhere, each rank with its
-own in-process engine refreshed from the FSDP shards after every update: the HF engine, and
-(slow tier) the vLLM engine.
+own in-process engine refreshed from the FSDP shards after every update: the HF engine with
+no rebalancing and dynamic micro-batches (so the update's shares are uneven too), and (slow
+tier) the vLLM engine with the defaults.
 
 The two ranks get trajectories of different lengths: the environment gives a row as many
 attempts as its `max_turns` column says (arithmetic_retry's documented per-row setting), and
@@ -62,19 +63,27 @@ def ray_session():
     ray.shutdown()
 
 
-ENGINES = {
-    "hf": ["actor_rollout_ref.rollout.name=hf"],
+CASES = {
+    # No rebalancing: the update's shares are the generation's, uneven too, and each rank
+    # cuts its rows into micro-batches by a token budget (dynamic batch size).
+    "hf_unbalanced_dynamic_bsz": [
+        "actor_rollout_ref.rollout.name=hf",
+        "trainer.balance_batch=false",
+        "actor_rollout_ref.actor.use_dynamic_bsz=true",
+        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=130",  # one sequence fits: 64 + 64
+    ],
+    # As the example runs: the vLLM engine, rows rebalanced over the ranks before the update.
     "vllm": ["actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.max_num_batched_tokens=512"],
 }
 
 
-@pytest.mark.parametrize("engine", ["hf", pytest.param("vllm", marks=pytest.mark.slow)])
-def test_two_ranks_with_uneven_trajectories(engine, ray_session, tiny_model_dir, uneven_files, tmp_path, monkeypatch):
+@pytest.mark.parametrize("case", ["hf_unbalanced_dynamic_bsz", pytest.param("vllm", marks=pytest.mark.slow)])
+def test_two_ranks_with_uneven_trajectories(case, ray_session, tiny_model_dir, uneven_files, tmp_path, monkeypatch):
     from hybrid.trainer import PPOTrainer
 
     cfg = run_config(
         tiny_model_dir, uneven_files, tmp_path / "run",
-        *ENGINES[engine],
+        *CASES[case],
         "trainer.n_gpus_per_node=2",
         "trainer.worker_group=ray",
         "trainer.total_training_steps=2",
