@@ -41,6 +41,7 @@ from hybrid.interrupts import StopSignals
 from hybrid.roles import build_worker_groups
 from hybrid.tracking import Tracking, ValidationGenerationsLogger
 from protocol.data_proto import DataProto, pad_dataproto_to_divisor
+from workers.profiling import profiled_step
 from workers.rollout.multi_turn import summarize as summarize_multi_turn
 
 GEN_KEYS = ["input_ids", "attention_mask", "position_ids"]
@@ -410,7 +411,8 @@ class PPOTrainer:
             for batch_dict in batch_iter:
                 metrics: dict[str, float] = {}
                 timing: dict[str, float] = {}
-                with timed("step", timing):
+                workers = (self.actor_rollout_wg, self.critic_wg)
+                with timed("step", timing), profiled_step(cfg.global_profiler, self.global_steps, workers):
                     batch = DataProto.from_single_dict(batch_dict)
                     batch = self.train_step(batch, _dict_iter(batch_iter), metrics, timing)
                 if batch is None:

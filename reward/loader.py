@@ -13,6 +13,8 @@ import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any, Callable
 
+from hybrid.config.schema import fold_overlong_spellings
+
 from .manager import get_reward_manager_cls
 from .user_code import load_user_file
 from .scorers import check_score_kwargs, default_compute_score
@@ -152,7 +154,8 @@ def load_reward_manager(config, tokenizer, num_examine: int, **reward_kwargs: An
             "reward_model.sandbox_fusion is set, but hybrid has no sandbox code execution; "
             "set it to null and score code with a custom_reward_function"
         )
-    kwargs = _plain(reward_model.reward_kwargs or {})
+    # verl's DAPO scripts spell the overlong buffer overlong_buffer_cfg: the same setting.
+    kwargs = fold_overlong_spellings(_plain(reward_model.reward_kwargs or {}))
     kwargs.update({k: _plain(v) for k, v in reward_kwargs.items()})
     passed_on = {k: v for k, v in kwargs.items() if k not in manager_cls.manager_kwargs()}
     compute_score = get_custom_reward_fn(config)

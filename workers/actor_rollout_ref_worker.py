@@ -16,6 +16,7 @@ only inside a call when the `fsdp_config` offload switches are set (workers/fsdp
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from protocol.data_proto import DataProto
 from protocol.dispatch import Dispatch, register
@@ -25,8 +26,9 @@ from workers.checkpoint import FSDPCheckpointer
 from workers.fsdp_utils import build_lr_scheduler, build_optimizer, offload_params, on_device
 from workers.lora import is_peft_model, merged_state
 from workers.micro_batch import MicroBatching
-from workers.model_loading import load_hf_model, load_tokenizer
+from workers.model_loading import load_hf_model, load_tokenizer, model_path_in_shm
 from workers.optimizer_step import mini_batch_samples_per_rank
+from workers.profiling import ProfiledWorker, StepProfiler
 from workers.roles import Role
 from workers.weight_sync import EngineWeightSync
 
@@ -38,7 +40,7 @@ def log_prob_batching(section) -> MicroBatching:
     )
 
 
-class ActorRolloutRefWorker(Worker):
+class ActorRolloutRefWorker(ProfiledWorker, Worker):
     """config: the `actor_rollout_ref` section of the trainer config; role: a `Role` (or its value)."""
 
     def __init__(self, config, role: Role | str):
@@ -48,12 +50,19 @@ class ActorRolloutRefWorker(Worker):
         self.actor = self.ref = self.rollout = self.weight_sync = self.checkpointer = None
         self.actor_module = None
         # LoRA: the reference policy is the actor's own module with its adapters disabled.
-        self.is_lora = config.model.lora_rank > 0
+        self.is_lora = config.model.is_lora
         self.ref_in_actor = False
+        # verl's rule: a worker with the actor role profiles by the actor's section.
+        section, name = (config.actor.profiler, "actor") if self.role.has_actor or not self.role.has_ref else (config.ref.profiler, "ref")
+        self.profiler = StepProfiler(section, name, self.rank)
 
     # ------------------------------------------------------------------ building
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self):
+        if self.config.model.use_shm:
+            # Actor, reference, engine and tokenizer all read the copy in shared memory.
+            path = model_path_in_shm(self.config.model.path)
+            self.config = replace(self.config, model=replace(self.config.model, path=path))
         model = self.config.model
         self.tokenizer = load_tokenizer(model.tokenizer, model.trust_remote_code)
         if self.role.has_actor or self.role.has_rollout:
@@ -71,7 +80,8 @@ class ActorRolloutRefWorker(Worker):
             offload_params(self.ref.module)
         return True
 
-    def _load_causal_lm(self, fsdp_config, trainable: bool, offload_policy: bool = False):
+    def _load_causal_lm(self, fsdp_config, trainable: bool, offload_policy: bool = False, lora: bool = False):
+        """The policy (`lora`: with its adapters) or the reference policy (the base model)."""
         from transformers import AutoModelForCausalLM
 
         model = self.config.model
@@ -79,7 +89,8 @@ class ActorRolloutRefWorker(Worker):
             AutoModelForCausalLM, model.path, fsdp_config, seed=self.config.rollout.seed, trainable=trainable,
             trust_remote_code=model.trust_remote_code, override_config=model.override_config,
             gradient_checkpointing=model.enable_gradient_checkpointing, use_liger=model.use_liger,
-            lora_config=model if (self.is_lora and trainable) else None, offload_policy=offload_policy,
+            lora_config=model if lora else None,
+            offload_policy=offload_policy, forward_prefetch=fsdp_config.forward_prefetch,
         )
 
     def _build_policy(self):
@@ -87,7 +98,9 @@ class ActorRolloutRefWorker(Worker):
         frozen copy that only feeds the engine with the rollout role alone."""
         actor = self.config.actor
         trainable = self.role.has_actor
-        self.actor_module, self.hf_config = self._load_causal_lm(actor.fsdp_config, trainable, actor.fsdp_config.offload_policy)
+        # A frozen policy copy (rollout role alone) still needs a saved adapter: it is the policy.
+        lora = self.is_lora and (trainable or self.config.model.lora_adapter_path is not None)
+        self.actor_module, self.hf_config = self._load_causal_lm(actor.fsdp_config, trainable, actor.fsdp_config.offload_policy, lora)
         optimizer = scheduler = None
         if trainable:
             # Only what trains: under LoRA the frozen base weights get no optimizer state.

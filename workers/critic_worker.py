@@ -17,15 +17,17 @@ from workers.fsdp_utils import build_lr_scheduler, build_optimizer, offload_para
 from workers.micro_batch import MicroBatching
 from workers.model_loading import load_hf_model, load_tokenizer
 from workers.optimizer_step import mini_batch_samples_per_rank
+from workers.profiling import ProfiledWorker, StepProfiler
 
 
-class CriticWorker(Worker):
+class CriticWorker(ProfiledWorker, Worker):
     """config: the `critic` section; rollout_n: `actor_rollout_ref.rollout.n`."""
 
     def __init__(self, config, rollout_n: int):
         super().__init__()
         self.config = config
         self.mini_batch_samples = mini_batch_samples_per_rank(config.ppo_mini_batch_size, rollout_n, self.world_size)
+        self.profiler = StepProfiler(config.profiler, "critic", self.rank)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self):

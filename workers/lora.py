@@ -8,10 +8,16 @@ The rollout engine and the merged Hugging Face folder never see adapters: they g
 `base_model.model.` prefix and `.base_layer` infix removed). Only linear layers are
 supported; a target that peft wraps differently (an embedding, a convolution) is refused
 at wrap time, naming the module.
+
+`actor_rollout_ref.model.lora_adapter_path` starts LoRA from a saved peft adapter instead
+(verl's key): its adapter_config.json decides rank, alpha and targets, as in verl, and
+`lora_rank` must be 0 or the adapter's rank.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from typing import Any
 
 import torch
@@ -44,13 +50,46 @@ def build_lora_config(model_config):
     )
 
 
+def adapter_folder_problem(path: str, lora_rank: int) -> str | None:
+    """Why `path` cannot start LoRA training here (None when it can): checked at start."""
+    config_file = os.path.join(path, "adapter_config.json")
+    if not os.path.isfile(config_file):
+        return "no adapter_config.json there; point it at a folder written by peft's save_pretrained"
+    with open(config_file) as handle:
+        saved = json.load(handle)
+    if saved.get("peft_type", "LORA") != "LORA":
+        return f"the adapter is peft_type={saved['peft_type']!r}; only LoRA adapters can be trained on"
+    if saved.get("use_dora"):
+        return "a DoRA adapter cannot be merged as base + B @ A for the engine; use a plain LoRA adapter"
+    rank = saved.get("r")
+    if lora_rank > 0 and rank != lora_rank:
+        return (f"the adapter's rank r={rank} differs from actor_rollout_ref.model.lora_rank={lora_rank}; "
+                f"set lora_rank=0 (the adapter's rank is used) or lora_rank={rank}")
+    return None
+
+
+def load_lora_adapter(module: torch.nn.Module, path: str) -> torch.nn.Module:
+    """`module` with the saved adapter at `path`, trainable (verl: PeftModel.from_pretrained)."""
+    from peft import PeftConfig, PeftModel
+
+    config = PeftConfig.from_pretrained(path)
+    # No dropout: the merged weights must compute what the trained module computes.
+    config.lora_dropout = 0.0
+    return PeftModel.from_pretrained(module, path, adapter_name=ADAPTER, is_trainable=True, config=config)
+
+
 def apply_lora(module: torch.nn.Module, model_config) -> torch.nn.Module:
-    """Wrap `module` with LoRA adapters (before FSDP); the base weights stop requiring grad."""
+    """Wrap `module` with LoRA adapters (before FSDP), new ones or the saved adapter at
+    `lora_adapter_path`; the base weights stop requiring grad."""
     from peft import get_peft_model
     from peft.tuners.lora import Linear as LoraLinear
     from peft.tuners.lora import LoraLayer
 
-    peft_model = get_peft_model(module, build_lora_config(model_config))
+    if model_config.lora_adapter_path is not None:
+        print(f"loading the LoRA adapter at {model_config.lora_adapter_path}")
+        peft_model = load_lora_adapter(module, model_config.lora_adapter_path)
+    else:
+        peft_model = get_peft_model(module, build_lora_config(model_config))
     unsupported = [
         f"{name} ({type(mod).__name__})"
         for name, mod in peft_model.named_modules()

@@ -3,10 +3,16 @@
 Every worker builds its models here: the actor and reference policy (causal LMs), the
 critic (a token classifier with one label) and the reward model (a sequence classifier).
 The caller passes what its own config section says; nothing here reads a section key that
-only some sections have.
+only some sections have. `model_path_in_shm` is where a model folder's path is resolved
+for `actor_rollout_ref.model.use_shm` (verl's key): copied once into /dev/shm.
 """
 
 from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
 
 import torch
 
@@ -14,6 +20,58 @@ from workers.device import current_device, require_cuda
 from workers.fsdp_utils import apply_fsdp2, resolve_mixed_precision
 from workers.lora import apply_lora
 from workers.packed_attention import register_packed_attention
+
+
+SHM_ROOT = "/dev/shm"
+USE_SHM = "actor_rollout_ref.model.use_shm"
+
+
+def _folder_files(folder: str) -> list[str]:
+    return [os.path.join(root, name) for root, _, names in os.walk(folder) for name in names]
+
+
+def model_path_in_shm(path: str, shm_root: str | None = None) -> str:
+    """The path of a copy of the model folder `path` in shared memory, made on first use.
+
+    The copy's name carries the source's path, size and newest mtime, so a changed folder
+    gets a fresh copy and an unchanged one is reused (by later runs, and by the other
+    ranks of this node). It is written under a temporary name and renamed, so a reader
+    never sees half a folder; when two ranks copy at once, the first rename wins and the
+    other drops its copy. Without `shm_root` (not Linux) the folder is loaded in place.
+    """
+    shm_root = shm_root or SHM_ROOT  # read at call time: tests point it elsewhere
+    if not os.path.isdir(shm_root):
+        print(f"{USE_SHM}=true: this machine has no {shm_root}; loading the model from {path}")
+        return path
+    source = os.path.realpath(path)
+    if not os.path.isdir(source):
+        raise FileNotFoundError(f"{USE_SHM}=true copies a local model folder, and {path!r} is not one; set {USE_SHM}=false or point model.path at a folder")
+    files = _folder_files(source)
+    size = sum(os.path.getsize(f) for f in files)
+    newest = max((os.path.getmtime(f) for f in files), default=0.0)
+    key = hashlib.sha1(f"{source}|{size}|{newest}".encode()).hexdigest()[:12]
+    parent = os.path.join(shm_root, "hybrid-models")
+    target = os.path.join(parent, f"{os.path.basename(source)}-{key}")
+    if os.path.isdir(target):
+        return target
+    free = shutil.disk_usage(shm_root).free
+    if size > free:
+        raise OSError(
+            f"{USE_SHM}=true: the model folder {path} holds {size / 2**30:.2f} GiB but {shm_root} has only "
+            f"{free / 2**30:.2f} GiB free; free space there (in a container: a larger --shm-size) or set {USE_SHM}=false"
+        )
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.", dir=parent)
+    try:
+        shutil.copytree(source, staging, dirs_exist_ok=True)
+        os.rename(staging, target)
+    except OSError as err:
+        shutil.rmtree(staging, ignore_errors=True)
+        if os.path.isdir(target):  # another rank renamed its copy first
+            return target
+        raise OSError(f"{USE_SHM}=true: copying {path} into {shm_root} failed ({err}); set {USE_SHM}=false or free space there") from err
+    print(f"{USE_SHM}=true: copied {path} ({size / 2**20:.1f} MiB) to {target}")
+    return target
 
 
 def load_tokenizer(path: str, trust_remote_code: bool):
@@ -38,13 +96,14 @@ def load_hf_model(
     use_liger: bool = False,
     lora_config=None,
     offload_policy: bool = False,
+    forward_prefetch: bool = False,
     **hf_config_overrides,
 ):
     """fp32 master weights on the host, then FSDP2 over all ranks with the compute dtype of
     `fsdp_config.mixed_precision`; returns (module, hf_config).
 
     `override_config` and `hf_config_overrides` are set on the Hugging Face config before the
-    weights load. With `lora_config` (the actor's model section, lora_rank > 0) the model is
+    weights load. With `lora_config` (the actor's model section, lora_rank > 0 or lora_adapter_path) the model is
     wrapped in peft LoRA adapters before sharding (workers/lora.py). A frozen model
     (`trainable=False`) gets no gradients and no gradient checkpointing.
     """
@@ -75,5 +134,5 @@ def load_hf_model(
         module = apply_lora(module, lora_config)
     module.to(current_device())
     param_dtype = resolve_mixed_precision(fsdp_config.mixed_precision)
-    apply_fsdp2(module, param_dtype, fsdp_config.reshard_after_forward, offload_policy)
+    apply_fsdp2(module, param_dtype, fsdp_config.reshard_after_forward, offload_policy, forward_prefetch)
     return module, hf_config

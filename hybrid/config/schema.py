@@ -93,6 +93,7 @@ class FSDPConfig:
     param_offload: bool
     reshard_after_forward: bool
     mixed_precision: Annotated[str, MIXED_PRECISION]
+    forward_prefetch: bool  # FSDP2 explicit forward prefetch, layer i -> i+1 (workers/fsdp_utils.apply_fsdp2)
     wrap_policy: WrapPolicyConfig
 
 
@@ -162,6 +163,85 @@ class ModelConfig(HFModelConfig):
     lora_alpha: Annotated[float, Positive()]
     target_modules: str | tuple[str, ...]
     exclude_modules: str | tuple[str, ...] | None
+    lora_adapter_path: str | None
+    use_shm: bool
+
+    @property
+    def is_lora(self) -> bool:
+        """LoRA from scratch (lora_rank > 0) or from a saved adapter (verl: either one)."""
+        return self.lora_rank > 0 or self.lora_adapter_path is not None
+
+    def check(self, problems: Problems) -> None:
+        """A saved adapter must be a peft LoRA folder whose rank agrees with lora_rank (0: take the adapter's)."""
+        if self.lora_adapter_path is None or not _ok(self.lora_adapter_path, self.lora_rank):
+            return
+        from workers.lora import adapter_folder_problem
+
+        problem = adapter_folder_problem(self.lora_adapter_path, self.lora_rank)
+        if problem:
+            problems.add(f"actor_rollout_ref.model.lora_adapter_path={fmt(self.lora_adapter_path)}: {problem}")
+
+
+# ---------------------------------------------------------------- profiling
+
+
+def _profiler_tools() -> tuple[str, ...]:
+    return ("torch",)
+
+
+PROFILER_TOOL = OneOf(_profiler_tools, unsupported=(
+    ("nsys", "hybrid runs no Nsight Systems workers; use tool=torch (chrome traces)"),
+    ("npu", "hybrid does not run on Ascend NPUs"),
+    ("torch_memory", "CUDA memory snapshots are not written; use tool=torch with tool_config.torch.contents=[memory]"),
+))
+
+
+@dataclass(frozen=True)
+class TorchProfilerToolConfig:
+    contents: tuple[Annotated[str, OneOf(lambda: ("cpu", "cuda", "memory", "shapes", "stack"))], ...]
+    discrete: Annotated[bool, Fixed((False,), "hybrid writes one trace per profiled step and rank, covering every call the worker makes in it")]
+
+
+@dataclass(frozen=True)
+class ProfilerToolConfig:
+    torch: TorchProfilerToolConfig
+
+
+@dataclass(frozen=True)
+class ProfilerConfig:
+    """A role's `profiler` section (verl's): which ranks of that role's worker write traces."""
+
+    tool: Annotated[str | None, PROFILER_TOOL]
+    enable: bool
+    all_ranks: bool
+    ranks: tuple[Annotated[int, NonNegative()], ...]
+    save_path: str | None
+    tool_config: ProfilerToolConfig
+
+    def profiles_rank(self, rank: int) -> bool:
+        """verl's rule: all_ranks, else the listed ranks, else rank 0 (when enabled)."""
+        if not self.enable or self.tool is None:
+            return False
+        if self.all_ranks:
+            return True
+        return rank in self.ranks if self.ranks else rank == 0
+
+    def check(self, prefix: str, problems: Problems, steps: Any) -> None:
+        if self.enable is True and (self.tool is None or not steps):
+            problems.add(
+                f"{prefix}.profiler.enable=True profiles nothing without global_profiler.tool=torch and "
+                f"global_profiler.steps (a list of steps); set them or set enable=false"
+            )
+        if self.enable is True and self.tool is not None and self.save_path is None:
+            problems.add(f"{prefix}.profiler.save_path=None: set it (or global_profiler.save_path) to the folder for the traces")
+
+
+@dataclass(frozen=True)
+class GlobalProfilerConfig:
+    tool: Annotated[str | None, PROFILER_TOOL]
+    steps: tuple[Annotated[int, Positive()], ...] | None
+    profile_continuous_steps: bool
+    save_path: str
 
 
 @dataclass(frozen=True)
@@ -204,6 +284,7 @@ class ActorConfig:
     optim: ActorOptimConfig
     fsdp_config: TrainFSDPConfig
     checkpoint: CheckpointConfig
+    profiler: ProfilerConfig
 
 
 @dataclass(frozen=True)
@@ -213,7 +294,9 @@ class RefConfig:
     log_prob_micro_batch_size_per_gpu: OptionalPositiveInt
     log_prob_use_dynamic_bsz: bool
     log_prob_max_token_len_per_gpu: PositiveInt
+    use_torch_compile: Annotated[bool, NO_COMPILE]
     fsdp_config: FSDPConfig
+    profiler: ProfilerConfig
 
 
 @dataclass(frozen=True)
@@ -289,6 +372,9 @@ class RolloutConfig:
     n: Annotated[int, Positive()]
     calculate_log_probs: Annotated[bool, Fixed((True,), "the engine's log-probs are always kept as rollout_log_probs (the engine/trainer gap is logged from them)")]
     update_weights_bucket_megabytes: PositiveInt
+    # verl: gather the FSDP parameters layer by layer for the sync instead of all at once.
+    # Our sync always streams (workers/weight_sync.py), so both values mean the same here.
+    layered_summon: bool
     engine_kwargs: EngineKwargsConfig
     multi_turn: MultiTurnConfig
     val_kwargs: ValKwargsConfig
@@ -345,6 +431,7 @@ class CriticConfig:
     cliprange_value: Annotated[float, NonNegative()]
     loss_agg_mode: Annotated[str, OneOf(loss_agg_modes)]
     checkpoint: CheckpointConfig
+    profiler: ProfilerConfig
 
 
 @dataclass(frozen=True)
@@ -352,6 +439,7 @@ class RewardModelModelConfig:
     input_tokenizer: str | None
     path: str | None
     trust_remote_code: bool
+    use_remove_padding: Annotated[bool, Fixed((False,), "the reward model scores padded rows (packed rows are the actor's and critic's path)")]
     fsdp_config: FSDPConfig
 
 
@@ -367,6 +455,8 @@ class RewardModelConfig:
     forward_max_token_len_per_gpu: PositiveInt
     reward_manager: Annotated[str, OneOf(reward_managers)]
     launch_reward_fn_async: Annotated[bool, Fixed((False,), "rewards are computed on the driver between generation and the update")]
+    use_reward_loop: Annotated[bool, Fixed((False,), "hybrid builds no reward-loop workers: rewards are scored on the driver between generation and the update (the same scores; the prime manager scores in a process pool of reward_kwargs.num_processes)")]
+    num_workers: PositiveInt  # verl's reward-loop workers: read only with use_reward_loop=true
     combine: Annotated[str, OneOf(lambda: ("sum", "rm_only"))]
     sandbox_fusion: Annotated[Any, Fixed((None,), "hybrid has no sandbox code execution; score code in a custom reward function")]
     reward_kwargs: dict[str, Any]
@@ -374,6 +464,54 @@ class RewardModelConfig:
     def check(self, problems: Problems) -> None:
         if self.enable and self.model.path is None:
             problems.add("reward_model.enable=True needs reward_model.model.path (a reward model folder)")
+        if _ok(self.reward_kwargs):
+            _check_overlong_spellings(self.reward_kwargs, problems)
+
+    @property
+    def manager_kwargs(self) -> dict[str, Any]:
+        """`reward_kwargs` as the reward manager takes them (fold_overlong_spellings)."""
+        return fold_overlong_spellings(self.reward_kwargs)
+
+
+OVERLONG, OVERLONG_VERL = "overlong_buffer", "overlong_buffer_cfg"
+OVERLONG_KEYS = ("enable", "len", "penalty_factor", "log")
+
+
+def fold_overlong_spellings(reward_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """verl's `overlong_buffer_cfg` folded into hybrid's `overlong_buffer`: one setting, two
+    spellings (the check below refuses them set differently); verl's entries win over the
+    yaml's defaults."""
+    kwargs = dict(reward_kwargs)
+    cfg = kwargs.pop(OVERLONG_VERL, None)
+    if cfg is not None:
+        kwargs[OVERLONG] = {**dict(kwargs.get(OVERLONG) or {}), **dict(cfg)}
+    return kwargs
+
+
+def _check_overlong_spellings(reward_kwargs: dict[str, Any], problems: Problems) -> None:
+    """verl's `overlong_buffer_cfg.X` sets hybrid's `overlong_buffer.X`; refused only when
+    both spellings set X (hybrid's away from its default) to different values."""
+    cfg = reward_kwargs.get(OVERLONG_VERL)
+    if cfg is None:
+        return
+    prefix = "reward_model.reward_kwargs"
+    if not isinstance(cfg, dict):
+        problems.add(f"{prefix}.{OVERLONG_VERL}={fmt(cfg)} must be a mapping of {', '.join(OVERLONG_KEYS)}")
+        return
+    for key in cfg:
+        if key not in OVERLONG_KEYS:
+            problems.add(f"{prefix}.{OVERLONG_VERL}.{key}: no such key (the overlong buffer has {', '.join(OVERLONG_KEYS)})")
+    # The yaml's defaults tell a value the user wrote from one they left alone.
+    from hybrid.config import default_config
+
+    default = dict(default_config().reward_model.reward_kwargs[OVERLONG])
+    ours = dict(reward_kwargs.get(OVERLONG) or {})
+    for key, value in cfg.items():
+        if key in ours and ours[key] != default.get(key) and ours[key] != value:
+            problems.add(
+                f"{prefix}.{OVERLONG}.{key}={fmt(ours[key])} and {prefix}.{OVERLONG_VERL}.{key}={fmt(value)} are the same "
+                f"setting (verl's spelling and hybrid's) with different values; write only one of them"
+            )
 
 
 @dataclass(frozen=True)
@@ -527,6 +665,7 @@ class HybridConfig:
     custom_reward_function: CustomRewardFunctionConfig
     algorithm: AlgorithmConfig
     trainer: TrainerConfig
+    global_profiler: GlobalProfilerConfig
 
     @property
     def use_critic(self) -> bool:

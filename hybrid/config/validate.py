@@ -184,6 +184,8 @@ def check_config(config: HybridConfig, problems: Problems, world_size: int | Non
     for section in (data, arr.rollout, config.reward_model):
         if hasattr(section, "check") and section is not INVALID:
             section.check(problems)
+    arr.model.check(problems)
+    _check_profilers(config, problems)
     _check_lengths(config, problems)
     _check_rollout_world(config, world, world_desc, problems)
     _check_algorithm(config, problems)
@@ -213,6 +215,14 @@ def _world(config: HybridConfig, world_size: int | None) -> tuple[int | None, st
         return None, ""
     n = trainer.nnodes * trainer.n_gpus_per_node
     return n, f"world size {n} (trainer.nnodes={trainer.nnodes} x trainer.n_gpus_per_node={trainer.n_gpus_per_node})"
+
+
+def _check_profilers(config: HybridConfig, problems: Problems) -> None:
+    steps = config.global_profiler.steps
+    arr = config.actor_rollout_ref
+    for prefix, section in ((f"{ARR}.actor", arr.actor), (f"{ARR}.ref", arr.ref), ("critic", config.critic)):
+        if section is not INVALID and _ok(section.profiler):
+            section.profiler.check(prefix, problems, steps)
 
 
 def _check_lengths(config: HybridConfig, problems: Problems) -> None:
