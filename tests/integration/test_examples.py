@@ -24,6 +24,7 @@ EXAMPLES = REPO / "examples"
 # One step of a tiny model takes well under a minute; this only stops a hung run.
 RUN_TIMEOUT_S = 420
 
+MT = "actor_rollout_ref.rollout.multi_turn"
 SMALL_RUN = [
     "data.train_batch_size=4",
     "data.max_prompt_length=64",
@@ -108,6 +109,14 @@ def test_example_one_step(name, expect, tiny_model_dir, arithmetic_files, tmp_pa
     step = run_example(name, tiny_data(tiny_model_dir, arithmetic_files) + SMALL_RUN, tmp_path)
     for key in expect:
         assert key in step and math.isfinite(step[key]), (key, step.get(key))
+
+
+def test_multi_turn_example_one_step(tiny_model_dir, arithmetic_files, tmp_path):
+    # Room for two 4-token turns and the reply between them: the random model never answers
+    # right, so every episode takes the retry.
+    budget = [f"{MT}.max_tokens_per_turn=4", f"{MT}.max_assistant_turns=2", "data.max_response_length=32"]
+    step = run_example("multi_turn_arithmetic_retry.sh", tiny_data(tiny_model_dir, arithmetic_files) + SMALL_RUN + budget, tmp_path)
+    assert step["multi_turn/turns/max"] == 2.0 and step["multi_turn/observation_tokens/mean"] > 0
 
 
 def test_dapo_example_one_step(tiny_model_dir, arithmetic_files, tmp_path):

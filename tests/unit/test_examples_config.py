@@ -62,7 +62,7 @@ def script_config(name, shim, args_file, *extra, env=None):
 def test_every_example_is_checked():
     scripts = {p.name for p in EXAMPLES.glob("*.sh")}
     # The SkyRL-dialect script is checked in tests/unit/test_dialects.py.
-    assert scripts == set(ARITHMETIC_SCRIPTS) | {"gsm8k_grpo.sh", "skyrl_grpo_arithmetic.sh"}
+    assert scripts == set(ARITHMETIC_SCRIPTS) | {"gsm8k_grpo.sh", "skyrl_grpo_arithmetic.sh", "multi_turn_arithmetic_retry.sh"}
 
 
 @pytest.mark.parametrize(
@@ -125,6 +125,18 @@ def test_dapo_script(capture_python):
     buffer = cfg.reward_model.reward_kwargs.overlong_buffer
     assert buffer.enable is True and buffer.len == 16
     assert cfg.reward_model.reward_kwargs.max_resp_len == 40
+
+
+def test_multi_turn_script(capture_python):
+    shim, args_file = capture_python
+    cfg, overrides = script_config("multi_turn_arithmetic_retry.sh", shim, args_file, "trainer.total_training_steps=3")
+    multi_turn = cfg.actor_rollout_ref.rollout.multi_turn
+    assert multi_turn.enable is True and multi_turn.env_class == "arithmetic_retry"
+    assert (multi_turn.max_assistant_turns, multi_turn.max_tokens_per_turn, multi_turn.reward_placement) == (3, 24, "final")
+    # three full turns and the two replies between them fit the episode's budget
+    assert cfg.data.max_response_length >= 3 * 24 + 2 * 12
+    assert cfg.algorithm.adv_estimator == "grpo" and cfg.trainer.total_training_steps == 3
+    assert cfg.trainer.experiment_name == "multi_turn_arithmetic_retry"
 
 
 def gsm8k_data(tmp_path) -> Path:
