@@ -9,33 +9,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from hybrid.config import ConfigError, build_config
 from hybrid.config.dialects import translate_argv
 from hybrid.config.dialects.roll import translate_roll
-from hybrid.config.dialects.skyrl import translate_skyrl
 from reward.environments.registry import skyrl_registry
+from tests.unit.test_dialects import as_dict, skyrl, skyrl_error
 
 REPO = Path(__file__).resolve().parents[2]
 ROLL_EXAMPLE = REPO / "examples" / "roll_grpo_arithmetic.yaml"
 MT = "actor_rollout_ref.rollout.multi_turn"
 needs_skyrl_gym = pytest.mark.skipif(skyrl_registry() is None, reason="skyrl-gym (the env extra) is not installed")
-
-
-def as_dict(overrides: list[str]) -> dict:
-    parser = OverridesParser.create()
-    return {o.key_or_group: o.value() for o in parser.parse_overrides(overrides)}
-
-
-def skyrl(*overrides: str) -> dict:
-    return as_dict(translate_skyrl(list(overrides)))
-
-
-def skyrl_error(*overrides: str) -> str:
-    with pytest.raises(ConfigError) as err:
-        translate_skyrl(list(overrides))
-    return str(err.value)
 
 
 def multi_turn_keys(out: dict) -> dict:

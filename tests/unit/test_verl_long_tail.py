@@ -14,15 +14,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from hybrid.config import ConfigError, build_config
+from hybrid.config import build_config
+from tests.unit.test_typed_config import problems_of
 
 ARR = "actor_rollout_ref"
-
-
-def problems_of(overrides: list[str]) -> str:
-    with pytest.raises(ConfigError) as info:
-        build_config(overrides)
-    return str(info.value)
 
 
 # ---------------------------------------------------------------- accepted as verl writes them
