@@ -11,6 +11,7 @@ The driver never touches weights; every call to a worker group carries a DataPro
 from __future__ import annotations
 
 import dataclasses
+import glob
 import os
 import time
 from collections import defaultdict
@@ -516,6 +517,7 @@ def run_ppo(config) -> dict:
     from hybrid.roles import init_ray_if_needed, wants_ray
     from reward.loader import load_reward_manager
     from workers.device import select_device
+    from workers.engine_logs import ENGINE_LOG_DIR_ENV
 
     config = resolve_default_assets(as_typed(config))  # prepares the default model and data when named
     select_device(config.trainer.device)
@@ -533,6 +535,8 @@ def run_ppo(config) -> dict:
     val_reward_fn = load_reward_manager(config, tokenizer, num_examine=1)
     train_dl, val_dl = build_dataloaders(config, tokenizer)
     os.makedirs(config.trainer.default_local_dir, exist_ok=True)
+    # The engines' own log lines go to files there (workers/engine_logs.py), not the console.
+    os.environ[ENGINE_LOG_DIR_ENV] = os.path.abspath(config.trainer.default_local_dir)
     trainer = PPOTrainer(config, tokenizer, train_dl, val_dl, reward_fn, val_reward_fn)
     if wants_ray(config):
         init_ray_if_needed(config)  # before our handlers: ray.init replaces the driver's SIGTERM handler
@@ -568,6 +572,9 @@ def print_summary(config, result: dict) -> None:
         )
         lines.append(f"  validation accuracy (greedy){held_out}: before {before:.3f}" + (f" -> after {after:.3f}" if after is not None else ""))
     lines.append(f"  metrics: {os.path.join(config.trainer.default_local_dir, 'metrics.jsonl')}")
+    engine_logs = sorted(glob.glob(os.path.join(config.trainer.default_local_dir, "engine_rank*.log")))
+    if engine_logs:
+        lines.append(f"  engine logs: {', '.join(engine_logs)}")
     if result.get("plots"):
         lines.append(f"  plots: {os.path.dirname(result['plots'][0])} ({', '.join(os.path.basename(str(p)) for p in result['plots'])})")
     from hybrid.checkpointing import latest_checkpoint

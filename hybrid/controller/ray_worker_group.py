@@ -23,6 +23,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from hybrid.controller.base import WorkerGroup
 from workers.base import find_free_port, node_ip_address
+from workers.engine_logs import ENGINE_LOG_DIR_ENV
 
 
 class WorkerFailedError(RuntimeError):
@@ -100,8 +101,9 @@ class RayWorkerGroup(WorkerGroup):
                 "TOKENIZERS_PARALLELISM": "false",
                 **{k: str(v) for k, v in (env or {}).items()},
             }
-            if os.environ.get("HYBRID_DEVICE"):
-                env_vars["HYBRID_DEVICE"] = os.environ["HYBRID_DEVICE"]
+            for name in ("HYBRID_DEVICE", ENGINE_LOG_DIR_ENV, "HYBRID_DEBUG"):
+                if os.environ.get(name):
+                    env_vars[name] = os.environ[name]
             options = {
                 "num_cpus": resource_pool.cpus_per_slot * share,
                 "scheduling_strategy": PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=bundle_index),

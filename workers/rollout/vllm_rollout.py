@@ -24,6 +24,7 @@ import torch
 
 from protocol.data_proto import DataProto
 from workers.device import is_cuda_available, resolve_dtype_name
+from workers.engine_logs import quiet_engine_before_import, route_engine_logs
 from workers.rollout.base import (
     ROLLOUT,
     GeneratedTurn,
@@ -41,6 +42,7 @@ from workers.rollout.multi_turn import MultiTurnLoop
 
 def _prepare_environment(config) -> None:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    quiet_engine_before_import()
     if not is_cuda_available():
         space = float(config.cpu_kvcache_space_gb)
         # vLLM reads the variable with int(): "1.0" would stop the engine at start-up.
@@ -92,6 +94,7 @@ class VLLMRollout:
             vllm_sampling_params(sampling_settings(config, meta_info))
         from vllm import LLM
 
+        route_engine_logs()
         self.config = config
         self.tokenizer = tokenizer
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
