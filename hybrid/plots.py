@@ -7,7 +7,8 @@ Writes, for the series the run logged (a missing series is left out, a plot with
 not written):
 
 - `reward.png`: training reward (`critic/score/mean`, with its min-max band) and the
-  validation accuracy of each data source (`val-core/<source>/reward/mean@N`);
+  validation accuracy of each data source (`val-core/<source>/reward/mean@N`), dashed per
+  question type where the rows name one (`val-aux/<source>/<subset>/reward/mean@N`);
 - `kl_entropy.png`: KL (`actor/kl_loss`, `actor/ppo_kl`, `actor/reward_kl_penalty`) and
   `actor/entropy`;
 - `response_length.png`: `response_length/mean` and `/max`;
@@ -162,10 +163,18 @@ def plot_reward(rows: list[dict], out_dir: Path) -> Path | None:
         low, high = _series(rows, "critic/score/min"), _series(rows, "critic/score/max")
         if low is not None and high is not None and low[0] == high[0]:
             ax.fill_between(low[0], low[1], high[1], color="tab:blue", alpha=0.12, label="train min-max")
-    for i, (key, (steps, values)) in enumerate(val):
+    colour = 1  # C0 is the training curve's blue; validation curves take the next colours
+    for key, (steps, values) in val:
         m = VAL_CORE.match(key)
-        # C0 is the training curve's blue; validation curves take the next colours.
-        ax.plot(steps, values, marker="o", color=f"C{1 + i % 9}", label=f"val {m['source']} {m['var']} mean@{m['n']}")
+        ax.plot(steps, values, marker="o", color=f"C{colour % 10}", label=f"val {m['source']} {m['var']} mean@{m['n']}")
+        colour += 1
+        # The same number per question type (the rows' extra_info.subset), dashed.
+        subset = re.compile(rf"^val-aux/{re.escape(m['source'])}/(?P<subset>[^/]+)/{m['var']}/mean@{m['n']}$")
+        for sub_key in sorted({k for row in rows for k in row if subset.match(k)}):
+            series = _series(rows, sub_key)
+            if series is not None:
+                ax.plot(*series, marker=".", linestyle="--", color=f"C{colour % 10}", label=f"  {subset.match(sub_key)['subset']}")
+                colour += 1
     ax.set_title("reward and validation accuracy")
     ax.set_ylabel("reward / accuracy")
     ax.legend(loc="best", fontsize="small")

@@ -152,3 +152,20 @@ def test_malformed_lines(tmp_path):
     path.write_text('{"step": 1}\n{"critic/score/mean": 1.0}\n')
     with pytest.raises(MetricsFileError, match=r":2: the row has no integer \"step\""):
         load_metrics(path)
+
+
+def test_validation_per_question_type_is_drawn_dashed(tmp_path, monkeypatch):
+    from hybrid import plots
+
+    rows = full_rows()
+    for row in rows:
+        if "val-core/arithmetic/reward/mean@1" in row:
+            row["val-aux/arithmetic/1-digit/reward/mean@1"] = 0.9
+            row["val-aux/arithmetic/2-digit/reward/mean@1"] = 0.2
+            row["val-aux/arithmetic/2-digit/reward/mean@2"] = 0.3  # another N: not this curve's
+    figures = []
+    monkeypatch.setattr(plots, "_save", lambda fig, out_dir, name: figures.append(fig) or out_dir / name)
+    plots.plot_reward(plots.load_metrics(write_jsonl(tmp_path / "metrics.jsonl", rows)), tmp_path)
+    lines = {line.get_label(): line for line in figures[0].axes[0].get_lines()}
+    assert set(lines) == {"train reward (critic/score/mean)", "val arithmetic reward mean@1", "  1-digit", "  2-digit"}
+    assert lines["  2-digit"].get_linestyle() == "--" and list(lines["  2-digit"].get_ydata()) == [0.2, 0.2, 0.2]
