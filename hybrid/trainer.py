@@ -11,7 +11,6 @@ The driver never touches weights; every call to a worker group carries a DataPro
 from __future__ import annotations
 
 import dataclasses
-import glob
 import os
 import time
 from collections import defaultdict
@@ -513,6 +512,7 @@ def run_ppo(config) -> dict:
 
     from transformers import AutoTokenizer
 
+    from hybrid.console import print_header, print_summary
     from hybrid.defaults import resolve_default_assets
     from hybrid.roles import init_ray_if_needed, wants_ray
     from reward.loader import load_reward_manager
@@ -538,6 +538,7 @@ def run_ppo(config) -> dict:
     # The engines' own log lines go to files there (workers/engine_logs.py), not the console.
     os.environ[ENGINE_LOG_DIR_ENV] = os.path.abspath(config.trainer.default_local_dir)
     trainer = PPOTrainer(config, tokenizer, train_dl, val_dl, reward_fn, val_reward_fn)
+    print_header(config, trainer)
     if wants_ray(config):
         init_ray_if_needed(config)  # before our handlers: ray.init replaces the driver's SIGTERM handler
     try:
@@ -554,36 +555,3 @@ def run_ppo(config) -> dict:
         result["plots"] = plot_metrics(os.path.join(run_dir, "metrics.jsonl"), os.path.join(run_dir, "plots"))
     print_summary(config, result)
     return result
-
-
-def _val_score(metrics: dict) -> float | None:
-    keys = [k for k in metrics if k.startswith("val-core/") and k.endswith("/mean@1")]
-    return float(np.mean([metrics[k] for k in keys])) if keys else None
-
-
-def print_summary(config, result: dict) -> None:
-    before, after = _val_score(result.get("val_before") or {}), _val_score(result.get("val_after") or {})
-    lines = [f"hybrid: finished {result.get('steps', 0)} steps in {result['minutes']:.1f} min"]
-    if before is not None:
-        val = result.get("val_before") or {}
-        distinct, rows = val.get("val-aux/num_distinct_prompts"), val.get("val-aux/num_prompts")
-        held_out = "" if distinct is None else f" on {int(distinct)} distinct held-out prompts" + (
-            f" ({int(rows)} rows)" if rows is not None and rows != distinct else ""
-        )
-        lines.append(f"  validation accuracy (greedy){held_out}: before {before:.3f}" + (f" -> after {after:.3f}" if after is not None else ""))
-    lines.append(f"  metrics: {os.path.join(config.trainer.default_local_dir, 'metrics.jsonl')}")
-    engine_logs = sorted(glob.glob(os.path.join(config.trainer.default_local_dir, "engine_rank*.log")))
-    if engine_logs:
-        lines.append(f"  engine logs: {', '.join(engine_logs)}")
-    if result.get("plots"):
-        lines.append(f"  plots: {os.path.dirname(result['plots'][0])} ({', '.join(os.path.basename(str(p)) for p in result['plots'])})")
-    from hybrid.checkpointing import latest_checkpoint
-
-    checkpoint = latest_checkpoint(os.path.abspath(str(config.trainer.default_local_dir)))
-    if checkpoint is not None:
-        lines.append(f"  checkpoint: {checkpoint}")
-        merged = os.path.join(checkpoint, "actor", "huggingface")
-        # The folder always holds config and tokenizer; weights only once the merger ran.
-        if any(os.path.exists(os.path.join(merged, f)) for f in ("model.safetensors", "model.safetensors.index.json")):
-            lines.append(f"  merged Hugging Face model: {merged}")
-    print("\n".join(lines), flush=True)

@@ -34,7 +34,7 @@ def test_select_device_cpu_hides_gpus_and_rejects_unknown(monkeypatch):
 
 def test_summary_names_the_held_out_set_by_its_distinct_count(tmp_path, capsys):
     from hybrid.config import build_config
-    from hybrid.trainer import print_summary
+    from hybrid.console import print_summary
 
     config = build_config([f"trainer.default_local_dir={tmp_path}"])
     before = {"val-core/arithmetic/reward/mean@1": 0.25, "val-aux/num_prompts": 200.0, "val-aux/num_distinct_prompts": 103.0}
@@ -45,3 +45,22 @@ def test_summary_names_the_held_out_set_by_its_distinct_count(tmp_path, capsys):
     before["val-aux/num_prompts"] = 103.0
     print_summary(config, {"steps": 3, "minutes": 1.5, "val_before": before, "val_after": after})
     assert "on 103 distinct held-out prompts: before 0.250" in capsys.readouterr().out
+
+
+def test_header_says_what_runs_and_where_files_go(tmp_path, capsys):
+    from types import SimpleNamespace
+
+    from hybrid.config import build_config
+    from hybrid.console import print_header
+
+    config = build_config([f"trainer.default_local_dir={tmp_path}", "actor_rollout_ref.model.path=/models/SmolLM2-135M/"])
+    loaders = SimpleNamespace(
+        train_dataloader=SimpleNamespace(dataset=range(2000)), val_dataloader=SimpleNamespace(dataset=range(200)),
+        total_training_steps=15,
+    )
+    print_header(config, loaders)
+    assert capsys.readouterr().out.splitlines() == [
+        "hybrid: grpo on SmolLM2-135M | cpu x 1 | rollout vllm, n=4",
+        "  data: 2000 training rows, 200 validation rows | 15 steps of 8 prompts | validation every 5 steps",
+        f"  run folder: {tmp_path} (metrics, engine logs, checkpoints)",
+    ]
