@@ -2,18 +2,25 @@
 metrics, only the warnings that ask something of the user to the console.
 
 vLLM prints about 40 lines at start-up and 3 more at every weight sync; on the console they
-bury the one metric line per step. The driver names the folder (`ENGINE_LOG_DIR_ENV`, set
-from `trainer.default_local_dir` and passed to every worker); each rank appends to
-`engine_rank<R>.log` there. `HYBRID_DEBUG=1` leaves vLLM's console output as vLLM sets it.
+bury the one metric line per step. vLLM (re)applies its logging config at import and at
+every engine start, so ours is handed to it as a dictConfig file (`VLLM_LOGGING_CONFIG_PATH`).
+The driver names the folder (`ENGINE_LOG_DIR_ENV`, set from `trainer.default_local_dir` and
+passed to every worker); each rank appends to `engine_rank<R>.log` there. `HYBRID_DEBUG=1`,
+or a `VLLM_LOGGING_CONFIG_PATH` of the user's, leaves vLLM's logging as vLLM sets it.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
+import tempfile
+import warnings
 
 ENGINE_LOG_DIR_ENV = "HYBRID_ENGINE_LOG_DIR"
+CONFIG_PATH_ENV = "VLLM_LOGGING_CONFIG_PATH"
+_WRITTEN: set[str] = set()  # config files this process wrote (not the user's)
 
 # Warnings of vLLM's that are true on every run of this set-up and need nothing from the
 # user: the CPU backend's notices and the per-sync note about rotary embeddings (they
@@ -25,6 +32,8 @@ HARMLESS_WARNINGS = re.compile(
             r"doesn't allow to use `torch\.set_num_threads`",
             r"is not found in LD_PRELOAD",
             r"Triton is (installed, but doesn't include CPU backend|not installed)",
+            r"Triton is installed but 0 active driver",
+            r"Triton not installed or not compatible",
             r"Model Runner V2 requires Triton",
             r"Inductor compilation was disabled",
             r"Enforce eager set, disabling torch\.compile",
@@ -45,37 +54,60 @@ def _debug() -> bool:
     return os.environ.get("HYBRID_DEBUG", "").lower() in ("1", "true", "yes")
 
 
-def quiet_engine_before_import() -> None:
-    """vLLM reads its console level once, at import: warnings and up, unless debugging.
-    A few harmless ones are logged during the import itself, through the root handlers."""
-    if _debug():
-        return
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-    for handler in logging.getLogger().handlers:
-        if not any(isinstance(f, HarmlessWarnings) for f in handler.filters):
-            handler.addFilter(HarmlessWarnings())
-
-
-def route_engine_logs() -> str | None:
-    """After vLLM is imported: its console handlers keep the warnings worth reading, a file
-    gets everything from INFO up. Returns the file's path (None when no folder was named)."""
-    if _debug():
-        return None
-    logger = logging.getLogger("vllm")
-    for handler in logger.handlers:
-        if not isinstance(handler, logging.FileHandler):
-            handler.setLevel(max(handler.level, logging.WARNING))
-            if not any(isinstance(f, HarmlessWarnings) for f in handler.filters):
-                handler.addFilter(HarmlessWarnings())
+def engine_log_path() -> str | None:
     folder = os.environ.get(ENGINE_LOG_DIR_ENV)
     if not folder:
         return None
     os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, f"engine_rank{os.environ.get('RANK', '0')}.log")
-    if not any(isinstance(h, logging.FileHandler) and h.baseFilename == os.path.abspath(path) for h in logger.handlers):
-        file_handler = logging.FileHandler(path)
-        file_handler.setLevel(logging.INFO)
-        file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s [%(name)s] %(message)s"))
-        logger.addHandler(file_handler)
-    logger.setLevel(logging.INFO)
+    return os.path.join(folder, f"engine_rank{os.environ.get('RANK', '0')}.log")
+
+
+def logging_config(log_path: str | None) -> dict:
+    """The `dictConfig` vLLM applies to its loggers (at import and again when an engine
+    starts): warnings worth reading to stdout, everything from INFO up to the file."""
+    handlers = {
+        "console": {
+            "class": "logging.StreamHandler",
+            "stream": "ext://sys.stdout",
+            "level": "WARNING",
+            "filters": ["harmless"],
+            "formatter": "console",
+        }
+    }
+    if log_path:
+        handlers["file"] = {"class": "logging.FileHandler", "filename": log_path, "level": "INFO", "formatter": "file"}
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "filters": {"harmless": {"()": f"{__name__}.HarmlessWarnings"}},
+        "formatters": {
+            "console": {"format": "vllm %(levelname)s: %(message)s"},
+            "file": {"format": "%(asctime)s %(levelname)s [%(name)s] %(message)s"},
+        },
+        "handlers": handlers,
+        "loggers": {"vllm": {"handlers": list(handlers), "level": "INFO", "propagate": False}},
+    }
+
+
+def quiet_engine_before_import() -> str | None:
+    """Point vLLM at our logging config (`VLLM_LOGGING_CONFIG_PATH`, unless the user set
+    one or HYBRID_DEBUG=1); returns the engine log file's path. A few of vLLM's lines are
+    logged during its import, before its config applies, through the root handlers: those
+    get the same filter."""
+    current = os.environ.get(CONFIG_PATH_ENV)
+    if _debug() or (current and current not in _WRITTEN):
+        return None
+    path = engine_log_path()
+    fd, config_path = tempfile.mkstemp(prefix="hybrid-vllm-logging-", suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        json.dump(logging_config(path), f)
+    os.environ[CONFIG_PATH_ENV] = config_path
+    _WRITTEN.add(config_path)
+    if current:  # an earlier engine's config in this process (another run's folder)
+        os.remove(current)
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, HarmlessWarnings) for f in handler.filters):
+            handler.addFilter(HarmlessWarnings())
+    # vLLM's own use of a deprecated torch name, printed with the source lines at import.
+    warnings.filterwarnings("ignore", message=r"`torch\.distributed\.reduce_op` is deprecated", category=FutureWarning)
     return path

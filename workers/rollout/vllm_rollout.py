@@ -24,7 +24,7 @@ import torch
 
 from protocol.data_proto import DataProto
 from workers.device import is_cuda_available, resolve_dtype_name
-from workers.engine_logs import quiet_engine_before_import, route_engine_logs
+from workers.engine_logs import quiet_engine_before_import
 from workers.rollout.base import (
     ROLLOUT,
     GeneratedTurn,
@@ -94,7 +94,6 @@ class VLLMRollout:
             vllm_sampling_params(sampling_settings(config, meta_info))
         from vllm import LLM
 
-        route_engine_logs()
         self.config = config
         self.tokenizer = tokenizer
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
