@@ -13,6 +13,8 @@ the policy loss of one micro-batch. The reference policy is an actor without an 
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import torch.distributed as dist
 
@@ -26,43 +28,38 @@ from workers.losses import (
     kl_penalty,
     logprobs_from_logits,
 )
-from workers.micro_batch import MicroBatching, micro_batch_indices, pack
+from workers.micro_batch import MicroBatching, micro_batches, pack_for_responses
 from workers.optimizer_step import MiniBatchCounts, OptimizerStep, UpdatePlan, all_reduce_max, world_size
 from workers.rollout_correction import CorrectionSettings, Stats, compute_correction, correction_metrics, rejected_loss_scale
 
 
-def forward_response_logits(model, micro: dict, response_len: int, use_remove_padding: bool):
-    """Logits (B, R, V) at the positions predicting each response token, plus a validity mask."""
-    input_ids = micro["input_ids"]
-    attention_mask = micro["attention_mask"]
-    position_ids = micro["position_ids"]
-    batch, seq_len = input_ids.shape
-    if not use_remove_padding:
+def forward_response_logits(model, micro: dict, response_len: int, use_remove_padding: bool, share_prompts: bool = False):
+    """Logits (B, R, V) at the positions predicting each response token, plus a validity
+    mask; packed (and prompt-once with `share_prompts`) rows give (N, V) for the valid ones."""
+    if not (use_remove_padding or share_prompts):
         out = model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
+            input_ids=micro["input_ids"],
+            attention_mask=micro["attention_mask"],
+            position_ids=micro["position_ids"],
             use_cache=False,
             logits_to_keep=response_len + 1,
         )
         return out.logits[:, :-1], None
-    packed_ids, packed_pos, flat_index, varlen = pack(input_ids, attention_mask, position_ids)
-    packed_at = torch.full((batch * seq_len,), -1, dtype=torch.long, device=input_ids.device)
-    packed_at[flat_index] = torch.arange(flat_index.numel(), device=input_ids.device)
-    rows = torch.arange(batch, device=input_ids.device).unsqueeze(1) * seq_len
-    cols = torch.arange(seq_len - response_len - 1, seq_len - 1, device=input_ids.device).unsqueeze(0)
-    source = packed_at[rows + cols]  # (B, R): packed position predicting each response token
+    packed_ids, packed_pos, kwargs, source = pack_for_responses(micro, share_prompts)
     valid = source >= 0
-    out = model(input_ids=packed_ids, position_ids=packed_pos, use_cache=False, logits_to_keep=source[valid], **varlen)
+    out = model(input_ids=packed_ids, position_ids=packed_pos, use_cache=False, logits_to_keep=source[valid], **kwargs)
     return out.logits[0], valid
 
 
 class DataParallelPPOActor:
     """`config`: the `actor_rollout_ref.actor` section (None for the reference policy,
-    which only computes log-probs)."""
+    which only computes log-probs). `share_prompts`: every pass packs prompt-once
+    (workers/shared_prefix.py; `actor.use_prefix_grouper`)."""
 
-    def __init__(self, module: torch.nn.Module, use_remove_padding: bool, config=None, optimizer=None, lr_scheduler=None):
+    def __init__(self, module: torch.nn.Module, use_remove_padding: bool, config=None, optimizer=None, lr_scheduler=None,
+                 *, share_prompts: bool = False):
         self.config = config
+        self.share_prompts = share_prompts
         self.module = module
         self.optimizer = optimizer
         self.lr_scheduler = lr_scheduler
@@ -78,7 +75,7 @@ class DataParallelPPOActor:
         metric only, without keeping its softmax for the backward pass."""
         responses = micro["responses"]
         response_len = responses.shape[1]
-        logits, valid = forward_response_logits(self.module, micro, response_len, self.use_remove_padding)
+        logits, valid = forward_response_logits(self.module, micro, response_len, self.use_remove_padding, self.share_prompts)
         logits = logits.float() / temperature
 
         def entropy_of(x):
@@ -107,7 +104,7 @@ class DataParallelPPOActor:
         tensors = data.batch.select(*keys).to(current_device())
         log_probs = torch.zeros(data.batch["responses"].shape, dtype=torch.float32)
         entropy = torch.zeros_like(log_probs) if calculate_entropy else None
-        for idx in micro_batch_indices(data.batch["attention_mask"], batching, self.world_size):
+        for idx in micro_batches(data.batch, self._with_sharing(batching), self.world_size):
             index = torch.tensor(idx)
             micro = {k: tensors[k][index] for k in keys}
             lp, ent = self.forward_micro(micro, temperature, calculate_entropy)
@@ -115,6 +112,9 @@ class DataParallelPPOActor:
             if calculate_entropy:
                 entropy[index] = ent.cpu()
         return log_probs, entropy
+
+    def _with_sharing(self, batching: MicroBatching) -> MicroBatching:
+        return dataclasses.replace(batching, share_prompts=self.share_prompts)
 
     # ------------------------------------------------------------------ update
     def update_policy(self, data: DataProto, temperature: float, mini_batch_size: int) -> dict[str, float]:
@@ -144,7 +144,7 @@ class DataParallelPPOActor:
             epochs=cfg.ppo_epochs,
             shuffle=cfg.shuffle,
             seed=cfg.data_loader_seed if cfg.data_loader_seed is not None else 0,
-            micro=MicroBatching(cfg.ppo_micro_batch_size_per_gpu, cfg.use_dynamic_bsz, cfg.ppo_max_token_len_per_gpu),
+            micro=MicroBatching(cfg.ppo_micro_batch_size_per_gpu, cfg.use_dynamic_bsz, cfg.ppo_max_token_len_per_gpu, self.share_prompts),
             seq_level=cfg.loss_agg_mode.startswith("seq-mean"),
         )
         metrics = self.step.run(data, keys, plan, loss)

@@ -30,6 +30,7 @@ from workers.model_loading import load_hf_model, load_tokenizer, model_path_in_s
 from workers.optimizer_step import mini_batch_samples_per_rank
 from workers.profiling import ProfiledWorker, StepProfiler
 from workers.roles import Role
+from workers.shared_prefix import shares_prompts
 from workers.weight_sync import EngineWeightSync
 
 
@@ -106,16 +107,23 @@ class ActorRolloutRefWorker(ProfiledWorker, Worker):
             # Only what trains: under LoRA the frozen base weights get no optimizer state.
             optimizer = build_optimizer([p for p in self.actor_module.parameters() if p.requires_grad], actor.optim)
             scheduler = build_lr_scheduler(optimizer, actor.optim, actor.optim.total_training_steps)
-        self.actor = DataParallelPPOActor(self.actor_module, self.config.model.use_remove_padding, actor, optimizer, scheduler)
+        self.actor = DataParallelPPOActor(
+            self.actor_module, self.config.model.use_remove_padding, actor, optimizer, scheduler, share_prompts=self.share_prompts
+        )
+
+    @property
+    def share_prompts(self) -> bool:
+        """Prompt-once packing for the actor's and the reference's passes (actor.use_prefix_grouper)."""
+        return shares_prompts(self.config.actor.use_prefix_grouper, self.config.rollout.n)
 
     def _build_ref(self):
         use_remove_padding = self.config.model.use_remove_padding
         if self.is_lora and self.role.has_actor:
             self.ref_in_actor = True
-            self.ref = DataParallelPPOActor(self.actor_module, use_remove_padding)
+            ref_module = self.actor_module
         else:
             ref_module, self.hf_config = self._load_causal_lm(self.config.ref.fsdp_config, trainable=False)
-            self.ref = DataParallelPPOActor(ref_module, use_remove_padding)
+        self.ref = DataParallelPPOActor(ref_module, use_remove_padding, share_prompts=self.share_prompts)
 
     def _build_rollout(self):
         cfg = self.config.rollout

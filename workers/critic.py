@@ -9,12 +9,14 @@ log-probs. The update runs through the same optimizer step as the actor's
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from protocol.data_proto import DataProto
 from workers.device import current_device
 from workers.losses import compute_value_loss, masked_mean
-from workers.micro_batch import MicroBatching, micro_batch_indices, pack
+from workers.micro_batch import MicroBatching, micro_batches, pack_for_responses
 from workers.optimizer_step import MiniBatchCounts, OptimizerStep, UpdatePlan, world_size
 
 # The critic's section has no data_loader_seed: its shuffled mini-batches (critic.shuffle)
@@ -22,25 +24,27 @@ from workers.optimizer_step import MiniBatchCounts, OptimizerStep, UpdatePlan, w
 CRITIC_SHUFFLE_SEED = 0
 
 
-def forward_values(model, micro: dict, response_len: int, use_remove_padding: bool) -> torch.Tensor:
+def forward_values(model, micro: dict, response_len: int, use_remove_padding: bool, share_prompts: bool = False) -> torch.Tensor:
+    """Values (B, R) at the positions predicting each response token (0 where there is none)."""
     input_ids, attention_mask, position_ids = micro["input_ids"], micro["attention_mask"], micro["position_ids"]
-    batch, seq_len = input_ids.shape
-    if not use_remove_padding:
+    seq_len = input_ids.shape[1]
+    if not (use_remove_padding or share_prompts):
         out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
         values = out.logits.squeeze(-1)
         return values[:, seq_len - response_len - 1 : seq_len - 1].float()
-    packed_ids, packed_pos, flat_index, varlen = pack(input_ids, attention_mask, position_ids)
-    out = model(input_ids=packed_ids, position_ids=packed_pos, use_cache=False, **varlen)
-    flat = torch.zeros(batch * seq_len, dtype=torch.float32, device=input_ids.device)
-    flat[flat_index] = out.logits[0].squeeze(-1).float()
-    return flat.view(batch, seq_len)[:, seq_len - response_len - 1 : seq_len - 1]
+    packed_ids, packed_pos, kwargs, source = pack_for_responses(micro, share_prompts)
+    out = model(input_ids=packed_ids, position_ids=packed_pos, use_cache=False, **kwargs)
+    packed_values = out.logits[0].squeeze(-1).float()
+    return torch.where(source >= 0, packed_values[source.clamp(min=0)], torch.zeros((), device=packed_values.device))
 
 
 class DataParallelPPOCritic:
     """`config`: the `critic` section."""
 
-    def __init__(self, config, module: torch.nn.Module, optimizer, lr_scheduler, use_remove_padding: bool):
+    def __init__(self, config, module: torch.nn.Module, optimizer, lr_scheduler, use_remove_padding: bool,
+                 *, share_prompts: bool = False):
         self.config = config
+        self.share_prompts = share_prompts  # packs prompt-once (workers/shared_prefix.py)
         self.module = module
         self.optimizer = optimizer
         self.lr_scheduler = lr_scheduler
@@ -50,7 +54,7 @@ class DataParallelPPOCritic:
 
     def values_micro(self, micro: dict) -> torch.Tensor:
         response_len = micro["responses"].shape[1]
-        values = forward_values(self.module, micro, response_len, self.use_remove_padding)
+        values = forward_values(self.module, micro, response_len, self.use_remove_padding, self.share_prompts)
         return values * micro["response_mask"]
 
     @torch.no_grad()
@@ -59,7 +63,8 @@ class DataParallelPPOCritic:
         keys = ["responses", "input_ids", "attention_mask", "position_ids", "response_mask"]
         tensors = data.batch.select(*keys).to(current_device())
         values = torch.zeros(data.batch["responses"].shape, dtype=torch.float32)
-        for idx in micro_batch_indices(data.batch["attention_mask"], batching, self.world_size):
+        batching = dataclasses.replace(batching, share_prompts=self.share_prompts)
+        for idx in micro_batches(data.batch, batching, self.world_size):
             index = torch.tensor(idx)
             values[index] = self.values_micro({k: tensors[k][index] for k in keys}).cpu()
         return values
@@ -73,7 +78,7 @@ class DataParallelPPOCritic:
             epochs=cfg.ppo_epochs,
             shuffle=cfg.shuffle,
             seed=CRITIC_SHUFFLE_SEED,
-            micro=MicroBatching(cfg.ppo_micro_batch_size_per_gpu, cfg.use_dynamic_bsz, cfg.ppo_max_token_len_per_gpu),
+            micro=MicroBatching(cfg.ppo_micro_batch_size_per_gpu, cfg.use_dynamic_bsz, cfg.ppo_max_token_len_per_gpu, self.share_prompts),
             seq_level=cfg.loss_agg_mode.startswith("seq-mean"),
         )
         return self.step.run(data, keys, plan, self._micro_loss)

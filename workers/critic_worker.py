@@ -18,14 +18,18 @@ from workers.micro_batch import MicroBatching
 from workers.model_loading import load_hf_model, load_tokenizer
 from workers.optimizer_step import mini_batch_samples_per_rank
 from workers.profiling import ProfiledWorker, StepProfiler
+from workers.shared_prefix import shares_prompts
 
 
 class CriticWorker(ProfiledWorker, Worker):
-    """config: the `critic` section; rollout_n: `actor_rollout_ref.rollout.n`."""
+    """config: the `critic` section; rollout_n: `actor_rollout_ref.rollout.n`;
+    use_prefix_grouper: `actor_rollout_ref.actor.use_prefix_grouper` (prompt-once packing
+    is one switch for every model that trains)."""
 
-    def __init__(self, config, rollout_n: int):
+    def __init__(self, config, rollout_n: int, use_prefix_grouper: bool | None = None):
         super().__init__()
         self.config = config
+        self.share_prompts = shares_prompts(use_prefix_grouper, rollout_n)
         self.mini_batch_samples = mini_batch_samples_per_rank(config.ppo_mini_batch_size, rollout_n, self.world_size)
         self.profiler = StepProfiler(config.profiler, "critic", self.rank)
 
@@ -44,7 +48,9 @@ class CriticWorker(ProfiledWorker, Worker):
         )
         optimizer = build_optimizer(self.module.parameters(), cfg.optim)
         scheduler = build_lr_scheduler(optimizer, cfg.optim, cfg.optim.total_training_steps)
-        self.critic = DataParallelPPOCritic(cfg, self.module, optimizer, scheduler, model.use_remove_padding)
+        self.critic = DataParallelPPOCritic(
+            cfg, self.module, optimizer, scheduler, model.use_remove_padding, share_prompts=self.share_prompts
+        )
         self.checkpointer = FSDPCheckpointer(
             self.module, optimizer, scheduler, self.hf_config,
             load_tokenizer(model.tokenizer, model.trust_remote_code), model.path,

@@ -1,12 +1,13 @@
 """Splitting a rank's batch into micro-batches, and packing sequences without padding.
 
 `MicroBatching` is what a section says about one forward pass's size (a sample count, or
-a token budget with `use_dynamic_bsz`); `micro_batch_indices` turns it into index lists.
-`split_by_count` keeps order; `split_by_token_budget` groups samples so that each
+a token budget with `use_dynamic_bsz`); `micro_batches` / `micro_batch_indices` turn it
+into index lists. Counting keeps order; `split_by_token_budget` groups samples so that each
 micro-batch holds at most `max_token_len` real tokens (callers put results back by index).
+Prompt groups (workers/shared_prefix.py) are the units when prompts are shared.
 `pack` turns a left/right padded batch into one row of concatenated sequences whose
 position ids restart at 0 — transformers then masks attention per sequence
-(use_remove_padding).
+(use_remove_padding); `pack_for_responses` packs that way or prompt-once.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 from workers.device import current_device
+from workers.shared_prefix import group_token_counts, pack_shared, prompt_groups
 
 
 @dataclass(frozen=True)
@@ -25,30 +27,78 @@ class MicroBatching:
     """One forward pass's share of a rank's batch, read from a config section.
 
     `micro_batch_size` (samples) applies unless `use_dynamic_bsz`; then micro-batches are
-    packed up to `max_token_len` real tokens instead.
+    packed up to `max_token_len` real tokens instead. With `share_prompts` the rows of a
+    prompt group stay together and are packed prompt-once (workers/shared_prefix.py): a
+    group counts its prompt once against the token budget.
     """
 
     micro_batch_size: int | None
     use_dynamic_bsz: bool
     max_token_len: int
+    share_prompts: bool = False
 
 
-def micro_batch_indices(attention_mask: torch.Tensor, batching: MicroBatching, world_size: int) -> list[list[int]]:
-    """Index lists of the rows of one rank's batch; with a token budget every rank runs the
-    same number of micro-batches (FSDP2 synchronises inside each forward)."""
+def micro_batches(tensors, batching: MicroBatching, world_size: int) -> list[list[int]]:
+    """Index lists of a rank's rows (`tensors`: input_ids, attention_mask, position_ids,
+    responses), prompt groups kept whole when `batching.share_prompts`."""
+    mask = tensors["attention_mask"]
+    if not batching.share_prompts:
+        return micro_batch_indices(mask, batching, world_size)
+    response_len = tensors["responses"].shape[1]
+    groups = prompt_groups(tensors["input_ids"], mask, tensors["position_ids"], response_len)
+    return micro_batch_indices(mask, batching, world_size, groups, group_token_counts(mask, response_len, groups))
+
+
+def micro_batch_indices(attention_mask: torch.Tensor, batching: MicroBatching, world_size: int,
+                        groups: list[list[int]] | None = None, group_tokens: list[int] | None = None) -> list[list[int]]:
+    """Index lists of the rows of one rank's batch, never cutting one of `groups` unless a
+    group alone exceeds the micro-batch size; every rank runs the same number of
+    micro-batches when their counts can differ (FSDP2 synchronises inside each forward)."""
+    if groups is None:
+        groups = [[row] for row in range(attention_mask.shape[0])]
+        group_tokens = attention_mask.sum(-1).tolist()
     if not batching.use_dynamic_bsz:
-        return split_by_count(attention_mask.shape[0], batching.micro_batch_size)
-    seq_lens = attention_mask.sum(-1).tolist()
-    groups = split_by_token_budget(seq_lens, batching.max_token_len)
+        micro = split_groups_by_count(groups, batching.micro_batch_size)
+        if world_size == 1 or not batching.share_prompts:
+            return micro
+        return _same_count(micro, _max_over_ranks(len(micro)))
+    bins = split_by_token_budget(group_tokens, batching.max_token_len)
     if world_size > 1:
-        count = torch.tensor([len(groups)], device=current_device())
-        dist.all_reduce(count, op=dist.ReduceOp.MAX)
-        groups = split_by_token_budget(seq_lens, batching.max_token_len, same_count_as=int(count.item()))
-    return groups
+        count = _max_over_ranks(len(bins))
+        bins = split_by_token_budget(group_tokens, batching.max_token_len, same_count_as=count)
+    micro = [sorted(row for g in b for row in groups[g]) for b in bins]
+    return _same_count(micro, count) if world_size > 1 else micro
 
 
-def split_by_count(batch_size: int, micro_batch_size: int) -> list[list[int]]:
-    return [list(range(i, min(i + micro_batch_size, batch_size))) for i in range(0, batch_size, micro_batch_size)]
+def _max_over_ranks(value: int) -> int:
+    count = torch.tensor([value], device=current_device())
+    dist.all_reduce(count, op=dist.ReduceOp.MAX)
+    return int(count.item())
+
+
+def _same_count(micro: list[list[int]], count: int) -> list[list[int]]:
+    """Halve the largest micro-batches until there are `count` (another rank needs that many)."""
+    micro = list(micro)
+    while len(micro) < count:
+        largest = max(range(len(micro)), key=lambda i: len(micro[i]))
+        rows = micro[largest]
+        if len(rows) < 2:
+            raise ValueError(f"this rank has {sum(map(len, micro))} rows, fewer than the {count} micro-batches another rank runs")
+        micro[largest : largest + 1] = [rows[: len(rows) // 2], rows[len(rows) // 2 :]]
+    return micro
+
+
+def split_groups_by_count(groups: list[list[int]], micro_batch_size: int) -> list[list[int]]:
+    """Whole groups, in order, up to `micro_batch_size` rows per micro-batch; a group larger
+    than that is cut into pieces of that size (each still shares its prompt)."""
+    pieces = [g[i : i + micro_batch_size] for g in groups for i in range(0, len(g), micro_batch_size)]
+    micro: list[list[int]] = []
+    for piece in pieces:
+        if micro and len(micro[-1]) + len(piece) <= micro_batch_size:
+            micro[-1] = micro[-1] + piece
+        else:
+            micro.append(list(piece))
+    return micro
 
 
 def split_by_token_budget(seq_lens: list[int], max_token_len: int, same_count_as: int | None = None) -> list[list[int]]:
@@ -85,18 +135,39 @@ def split_by_token_budget(seq_lens: list[int], max_token_len: int, same_count_as
 def pack(input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor):
     """Concatenate the real tokens of every row into one row.
 
-    Returns packed (1, T) input ids and position ids, the flat index of each kept token in
-    the (B, L) layout (so per-token results can be scattered back), and the sequence
-    boundaries as transformers' varlen keyword arguments (`cu_seq_lens_q/k`,
-    `max_length_q/k`), which the model passes on to its attention function
-    (workers/packed_attention.py, or flash-attention's varlen kernel).
+    Returns packed (1, T) input ids and position ids, `packed_at` (B * L,): the packed
+    position of each real token of the (B, L) layout, -1 at padding (so per-token results
+    can be gathered back), and the sequence boundaries as transformers' varlen keyword
+    arguments (`cu_seq_lens_q/k`, `max_length_q/k`), which the model passes on to its
+    attention function (workers/packed_attention.py, or flash-attention's varlen kernel).
     """
     keep = attention_mask.reshape(-1).bool()
     flat_index = torch.nonzero(keep, as_tuple=False).squeeze(-1)
     packed_ids = input_ids.reshape(-1)[flat_index].unsqueeze(0)
     packed_pos = position_ids.reshape(-1)[flat_index].unsqueeze(0)
+    packed_at = torch.full((keep.numel(),), -1, dtype=torch.long, device=input_ids.device)
+    packed_at[flat_index] = torch.arange(flat_index.numel(), device=input_ids.device)
     row_lens = attention_mask.sum(dim=-1, dtype=torch.int32)
     cu_seq_lens = torch.nn.functional.pad(row_lens.cumsum(0, dtype=torch.int32), (1, 0))
     max_len = int(row_lens.max())
     varlen = {"cu_seq_lens_q": cu_seq_lens, "cu_seq_lens_k": cu_seq_lens, "max_length_q": max_len, "max_length_k": max_len}
-    return packed_ids, packed_pos, flat_index, varlen
+    return packed_ids, packed_pos, packed_at, varlen
+
+
+def pack_for_responses(micro: dict, share_prompts: bool):
+    """Pack a micro-batch (prompt-once with `share_prompts`) for results at its responses.
+
+    Returns the packed ids and positions, the model's extra keyword arguments, and
+    `source` (B, R): the packed position whose output predicts each response token (-1
+    where there is none), the positions `logits_to_keep` and value heads read.
+    """
+    input_ids, attention_mask, position_ids = micro["input_ids"], micro["attention_mask"], micro["position_ids"]
+    batch, seq_len = input_ids.shape
+    response_len = micro["responses"].shape[1]
+    if share_prompts:
+        packed_ids, packed_pos, packed_at, kwargs = pack_shared(input_ids, attention_mask, position_ids, response_len)
+    else:
+        packed_ids, packed_pos, packed_at, kwargs = pack(input_ids, attention_mask, position_ids)
+    rows = torch.arange(batch, device=input_ids.device).unsqueeze(1) * seq_len
+    cols = torch.arange(seq_len - response_len - 1, seq_len - 1, device=input_ids.device).unsqueeze(0)
+    return packed_ids, packed_pos, kwargs, packed_at[rows + cols]

@@ -28,7 +28,7 @@ import torch.distributed as dist
 
 from protocol.data_proto import DataProto
 from workers.device import current_device
-from workers.micro_batch import MicroBatching, micro_batch_indices
+from workers.micro_batch import MicroBatching, micro_batches
 
 
 def mini_batch_samples_per_rank(ppo_mini_batch_size: int, rollout_n: int, world_size: int) -> int:
@@ -114,7 +114,7 @@ class OptimizerStep:
         mask_all = tensors["response_mask"]
         counts = self._counts(mask_all, plan.seq_level)
         self.optimizer.zero_grad(set_to_none=True)
-        for idx in micro_batch_indices(mini.batch["attention_mask"], plan.micro, self.world_size):
+        for idx in micro_batches(mini.batch, plan.micro, self.world_size):
             index = torch.tensor(idx, device=mask_all.device)
             micro = {k: tensors[k][index] for k in keys}
             mask = micro["response_mask"]

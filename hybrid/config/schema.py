@@ -281,6 +281,7 @@ class ActorConfig:
     use_torch_compile: Annotated[bool, NO_COMPILE]
     tis_imp_ratio_cap: float
     skip_old_log_prob_on_policy: bool
+    use_prefix_grouper: bool | None  # null: on when rollout.n > 1 (workers/shared_prefix.py)
     optim: ActorOptimConfig
     fsdp_config: TrainFSDPConfig
     checkpoint: CheckpointConfig
