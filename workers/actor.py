@@ -4,7 +4,9 @@ Works on a rank's share of the batch (a DataProto with `input_ids`, `attention_m
 `position_ids`, `responses` and, for updates, `old_log_probs`, `advantages`,
 `response_mask`). Logits are computed only at the positions that predict response tokens
 (`logits_to_keep`), divided by the sampling temperature, and turned into log-probs in
-fp32. With `use_remove_padding` the rows are packed into one sequence.
+fp32 — by the fused, chunked output layer when `chunk_logits` (workers/response_head.py).
+With `use_remove_padding` the rows are packed into one sequence; with `share_prompts`
+packed prompt-once (workers/shared_prefix.py).
 
 The update runs through the shared optimizer step (workers/optimizer_step.py: mini- and
 micro-batches, globally normalised loss weights, clipping, scheduler); this file supplies
@@ -17,6 +19,7 @@ import dataclasses
 
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 
 from protocol.data_proto import DataProto
 from workers.device import current_device
@@ -30,36 +33,34 @@ from workers.losses import (
 )
 from workers.micro_batch import MicroBatching, micro_batches, pack_for_responses
 from workers.optimizer_step import MiniBatchCounts, OptimizerStep, UpdatePlan, all_reduce_max, world_size
+from workers.response_head import fused_response_head
 from workers.rollout_correction import CorrectionSettings, Stats, compute_correction, correction_metrics, rejected_loss_scale
 
 
-def forward_response_logits(model, micro: dict, response_len: int, use_remove_padding: bool, share_prompts: bool = False):
-    """Logits (B, R, V) at the positions predicting each response token, plus a validity
-    mask; packed (and prompt-once with `share_prompts`) rows give (N, V) for the valid ones."""
+def response_inputs(micro: dict, use_remove_padding: bool, share_prompts: bool):
+    """The model's inputs for a micro-batch, the positions whose outputs predict response
+    tokens (`logits_to_keep`), and which (row, response column) has one: None for the
+    padded layout, whose outputs come back (B, R + 1); packed rows give the valid ones."""
     if not (use_remove_padding or share_prompts):
-        out = model(
-            input_ids=micro["input_ids"],
-            attention_mask=micro["attention_mask"],
-            position_ids=micro["position_ids"],
-            use_cache=False,
-            logits_to_keep=response_len + 1,
-        )
-        return out.logits[:, :-1], None
+        inputs = {k: micro[k] for k in ("input_ids", "attention_mask", "position_ids")}
+        return inputs, micro["responses"].shape[1] + 1, None
     packed_ids, packed_pos, kwargs, source = pack_for_responses(micro, share_prompts)
     valid = source >= 0
-    out = model(input_ids=packed_ids, position_ids=packed_pos, use_cache=False, logits_to_keep=source[valid], **kwargs)
-    return out.logits[0], valid
+    return {"input_ids": packed_ids, "position_ids": packed_pos, **kwargs}, source[valid], valid
 
 
 class DataParallelPPOActor:
     """`config`: the `actor_rollout_ref.actor` section (None for the reference policy,
     which only computes log-probs). `share_prompts`: every pass packs prompt-once
-    (workers/shared_prefix.py; `actor.use_prefix_grouper`)."""
+    (workers/shared_prefix.py; `actor.use_prefix_grouper`). `chunk_logits`: log-probs and
+    entropy come from the fused, chunked output layer (workers/response_head.py;
+    `model.use_fused_kernels`)."""
 
     def __init__(self, module: torch.nn.Module, use_remove_padding: bool, config=None, optimizer=None, lr_scheduler=None,
-                 *, share_prompts: bool = False):
+                 *, share_prompts: bool = False, chunk_logits: bool = False):
         self.config = config
         self.share_prompts = share_prompts
+        self.chunk_logits = chunk_logits
         self.module = module
         self.optimizer = optimizer
         self.lr_scheduler = lr_scheduler
@@ -74,27 +75,28 @@ class DataParallelPPOActor:
         """Log-probs and (if asked) entropy; `entropy_grad=False` computes the entropy as a
         metric only, without keeping its softmax for the backward pass."""
         responses = micro["responses"]
-        response_len = responses.shape[1]
-        logits, valid = forward_response_logits(self.module, micro, response_len, self.use_remove_padding, self.share_prompts)
-        logits = logits.float() / temperature
-
-        def entropy_of(x):
-            if entropy_grad:
-                return entropy_from_logits(x)
-            with torch.no_grad():
-                return entropy_from_logits(x.detach())
-
+        inputs, keep, valid = response_inputs(micro, self.use_remove_padding, self.share_prompts)
+        labels = responses if valid is None else responses[valid]
+        if self.chunk_logits:
+            flat_labels = labels.reshape(-1) if valid is not None else F.pad(responses, (0, 1)).reshape(-1)
+            with fused_response_head(self.module, flat_labels, temperature):
+                out = self.module(**inputs, use_cache=False, logits_to_keep=keep)
+            per_token = out.logits[:, :-1] if valid is None else out.logits[0]
+            log_probs, entropy = per_token[..., 0].float(), per_token[..., 1].float()
+            entropy = (entropy if entropy_grad else entropy.detach()) if calculate_entropy else None
+        else:
+            out = self.module(**inputs, use_cache=False, logits_to_keep=keep)
+            logits = (out.logits[:, :-1] if valid is None else out.logits[0]).float() / temperature
+            log_probs = logprobs_from_logits(logits, labels)
+            entropy = None
+            if calculate_entropy and entropy_grad:
+                entropy = entropy_from_logits(logits)
+            elif calculate_entropy:
+                with torch.no_grad():
+                    entropy = entropy_from_logits(logits.detach())
         if valid is None:
-            log_probs = logprobs_from_logits(logits, responses)
-            entropy = entropy_of(logits) if calculate_entropy else None
             return log_probs, entropy
-        log_probs = torch.zeros(responses.shape, dtype=torch.float32, device=responses.device)
-        log_probs[valid] = logprobs_from_logits(logits, responses[valid])
-        entropy = None
-        if calculate_entropy:
-            entropy = torch.zeros_like(log_probs)
-            entropy[valid] = entropy_of(logits)
-        return log_probs, entropy
+        return _to_rows(log_probs, valid), None if entropy is None else _to_rows(entropy, valid)
 
     @torch.no_grad()
     def compute_log_prob(self, data: DataProto, batching: MicroBatching, temperature: float, calculate_entropy: bool = False):
@@ -209,6 +211,13 @@ class DataParallelPPOActor:
         if "rollout_is_weights" in present:
             keys.append("rollout_is_weights")
         return keys
+
+
+def _to_rows(values: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """(N,) values at the valid (row, response column) places of a zero (B, R) tensor."""
+    rows = torch.zeros(valid.shape, dtype=torch.float32, device=values.device)
+    rows[valid] = values
+    return rows
 
 
 def _all_reduce(values: torch.Tensor, kind: str) -> torch.Tensor:

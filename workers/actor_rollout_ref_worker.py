@@ -29,6 +29,7 @@ from workers.micro_batch import MicroBatching
 from workers.model_loading import load_hf_model, load_tokenizer, model_path_in_shm
 from workers.optimizer_step import mini_batch_samples_per_rank
 from workers.profiling import ProfiledWorker, StepProfiler
+from workers.response_head import uses_fused_head
 from workers.roles import Role
 from workers.shared_prefix import shares_prompts
 from workers.weight_sync import EngineWeightSync
@@ -108,7 +109,8 @@ class ActorRolloutRefWorker(ProfiledWorker, Worker):
             optimizer = build_optimizer([p for p in self.actor_module.parameters() if p.requires_grad], actor.optim)
             scheduler = build_lr_scheduler(optimizer, actor.optim, actor.optim.total_training_steps)
         self.actor = DataParallelPPOActor(
-            self.actor_module, self.config.model.use_remove_padding, actor, optimizer, scheduler, share_prompts=self.share_prompts
+            self.actor_module, self.config.model.use_remove_padding, actor, optimizer, scheduler,
+            share_prompts=self.share_prompts, chunk_logits=uses_fused_head(self.config.model.use_fused_kernels, self.actor_module),
         )
 
     @property
@@ -123,7 +125,8 @@ class ActorRolloutRefWorker(ProfiledWorker, Worker):
             ref_module = self.actor_module
         else:
             ref_module, self.hf_config = self._load_causal_lm(self.config.ref.fsdp_config, trainable=False)
-        self.ref = DataParallelPPOActor(ref_module, use_remove_padding, share_prompts=self.share_prompts)
+        chunk_logits = uses_fused_head(self.config.model.use_fused_kernels, ref_module)
+        self.ref = DataParallelPPOActor(ref_module, use_remove_padding, share_prompts=self.share_prompts, chunk_logits=chunk_logits)
 
     def _build_rollout(self):
         cfg = self.config.rollout

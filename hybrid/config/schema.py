@@ -156,6 +156,13 @@ class HFModelConfig:
 
 
 @dataclass(frozen=True)
+class FusedKernelOptions:
+    impl_backend: Annotated[str, OneOf(lambda: ("torch",), unsupported=(
+        ("triton", "the fused output layer (workers/response_head.py) is written in torch; use impl_backend=torch"),
+    ))]
+
+
+@dataclass(frozen=True)
 class ModelConfig(HFModelConfig):
     external_lib: str | tuple[str, ...] | None
     use_liger: bool
@@ -165,6 +172,8 @@ class ModelConfig(HFModelConfig):
     exclude_modules: str | tuple[str, ...] | None
     lora_adapter_path: str | None
     use_shm: bool
+    use_fused_kernels: bool | None  # null: the fused output layer where the model allows it
+    fused_kernel_options: FusedKernelOptions
 
     @property
     def is_lora(self) -> bool:
@@ -281,6 +290,8 @@ class ActorConfig:
     use_torch_compile: Annotated[bool, NO_COMPILE]
     tis_imp_ratio_cap: float
     skip_old_log_prob_on_policy: bool
+    entropy_from_logits_with_chunking: bool  # both values: entropy is always chunked
+    entropy_checkpointing: bool  # true needs the fused output layer (model.use_fused_kernels not false)
     use_prefix_grouper: bool | None  # null: on when rollout.n > 1 (workers/shared_prefix.py)
     optim: ActorOptimConfig
     fsdp_config: TrainFSDPConfig
@@ -296,6 +307,8 @@ class RefConfig:
     log_prob_use_dynamic_bsz: bool
     log_prob_max_token_len_per_gpu: PositiveInt
     use_torch_compile: Annotated[bool, NO_COMPILE]
+    entropy_from_logits_with_chunking: bool
+    entropy_checkpointing: bool
     fsdp_config: FSDPConfig
     profiler: ProfilerConfig
 

@@ -175,6 +175,21 @@ def _sections_whole(section: Any) -> bool:
     return all(_sections_whole(getattr(section, f.name)) for f in fields(section) if is_dataclass(getattr(section, f.name)) or (getattr(section, f.name) is INVALID and f.name in section_names(type(section))))
 
 
+def _check_entropy_checkpointing(arr, problems: Problems) -> None:
+    """verl's entropy_checkpointing recomputes the entropy in the backward pass; here that is
+    what the fused output layer does, so turning the layer off cannot honour it."""
+    if arr.model.use_fused_kernels is not False:
+        return
+    for name in ("actor", "ref"):
+        section = getattr(arr, name)
+        if section is not INVALID and section.entropy_checkpointing is True:
+            problems.add(
+                f"{ARR}.{name}.entropy_checkpointing=True needs the fused output layer, which recomputes the entropy in the "
+                f"backward pass, but {ARR}.model.use_fused_kernels=False; set use_fused_kernels to null (or true), or "
+                f"entropy_checkpointing=false"
+            )
+
+
 def check_config(config: HybridConfig, problems: Problems, world_size: int | None = None) -> None:
     if not _sections_whole(config):
         return  # a missing or malformed section is reported already; its rules cannot run
@@ -185,6 +200,7 @@ def check_config(config: HybridConfig, problems: Problems, world_size: int | Non
         if hasattr(section, "check") and section is not INVALID:
             section.check(problems)
     arr.model.check(problems)
+    _check_entropy_checkpointing(arr, problems)
     _check_profilers(config, problems)
     _check_lengths(config, problems)
     _check_rollout_world(config, world, world_desc, problems)

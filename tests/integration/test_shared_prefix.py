@@ -68,9 +68,9 @@ def _model(path, cls_name="AutoModelForCausalLM", **extra):
     return cls.from_pretrained(path, dtype=torch.float32, attn_implementation=register_packed_attention(), **extra)
 
 
-def _actor_pass(model, micro: dict, use_remove_padding: bool, share: bool):
+def _actor_pass(model, micro: dict, use_remove_padding: bool, share: bool, chunk: bool = False):
     model.zero_grad(set_to_none=True)
-    actor = DataParallelPPOActor(model, use_remove_padding, share_prompts=share)
+    actor = DataParallelPPOActor(model, use_remove_padding, share_prompts=share, chunk_logits=chunk)
     log_probs, entropy = actor.forward_micro(micro, temperature=0.7, calculate_entropy=True)
     weights = torch.linspace(-1, 1, log_probs.numel()).view_as(log_probs)
     mask = micro["response_mask"].float()
@@ -112,6 +112,24 @@ def test_log_probs_entropy_and_gradients_equal_unshared(tiny_model_dir, batch):
             for name, grad in reference[2].items():
                 assert (got[2][name] - grad).abs().max() <= TOL, name
     assert padded[0].abs().sum() > 0 and any(g.abs().sum() > 0 for g in shared[2].values())
+
+
+@pytest.mark.parametrize("layout", ["padded", "packed", "shared"])
+@pytest.mark.parametrize("tied", [True, False])
+def test_fused_head_equals_full_logits(tiny_model_dir, tmp_path, tokenizer, batch, layout, tied):
+    """The chunked output layer (workers/response_head.py) in every layout, with the output
+    layer tied to the embeddings (SmolLM2) and not: log-probs, entropy, all gradients."""
+    from tests.conftest import build_tiny_model_dir
+
+    path = tiny_model_dir if tied else build_tiny_model_dir(tmp_path / "untied", tokenizer, tie_word_embeddings=False)
+    model = _model(path)
+    flags = {"padded": (False, False), "packed": (True, False), "shared": (True, True)}[layout]
+    full = _actor_pass(model, batch, *flags)
+    fused = _actor_pass(model, batch, *flags, chunk=True)
+    assert (fused[0] - full[0]).abs().max() <= TOL and (fused[1] - full[1]).abs().max() <= TOL
+    for name, grad in full[2].items():
+        assert (fused[2][name] - grad).abs().max() <= TOL, name
+    assert model.get_output_embeddings().forward.__func__ is type(model.get_output_embeddings()).forward  # restored
 
 
 def test_values_equal_unshared(tiny_model_dir, batch):

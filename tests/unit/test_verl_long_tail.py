@@ -45,6 +45,13 @@ def test_verl_example_script_overrides_compose():
         f"{ARR}.actor.profiler.all_ranks=False",
         f"{ARR}.actor.profiler.ranks=[0]",
         "critic.profiler.enable=True",
+        f"{ARR}.model.use_fused_kernels=True",
+        f"{ARR}.model.fused_kernel_options.impl_backend=torch",
+        f"{ARR}.actor.entropy_from_logits_with_chunking=True",
+        f"{ARR}.actor.entropy_checkpointing=True",
+        f"{ARR}.ref.entropy_from_logits_with_chunking=True",
+        f"{ARR}.ref.entropy_checkpointing=True",
+        f"{ARR}.actor.use_prefix_grouper=True",
     ])
     arr = config.actor_rollout_ref
     assert arr.model.use_shm and arr.rollout.layered_summon and arr.actor.fsdp_config.forward_prefetch
@@ -52,6 +59,7 @@ def test_verl_example_script_overrides_compose():
     # The role sections follow global_profiler unless set themselves (verl's interpolations).
     assert arr.actor.profiler.tool == "torch" and arr.actor.profiler.save_path == "/tmp/profile"
     assert config.critic.profiler.enable and not arr.ref.profiler.enable
+    assert arr.model.use_fused_kernels is True and arr.actor.entropy_checkpointing and arr.actor.use_prefix_grouper is True
 
 
 def test_defaults_are_verls_neutral_values():
@@ -62,6 +70,8 @@ def test_defaults_are_verls_neutral_values():
     assert not arr.actor.fsdp_config.forward_prefetch and not arr.ref.fsdp_config.forward_prefetch
     assert config.global_profiler.tool is None and config.global_profiler.steps is None
     assert not arr.actor.profiler.profiles_rank(0)
+    # hybrid's own defaults where it does more than verl: prompt-once packing and the fused head where they apply
+    assert arr.actor.use_prefix_grouper is None and arr.model.use_fused_kernels is None
 
 
 @pytest.mark.parametrize(
@@ -76,11 +86,15 @@ def test_defaults_are_verls_neutral_values():
         (f"{ARR}.actor.profiler.tool_config.torch.discrete=True", "one trace per profiled step and rank"),
         (f"{ARR}.actor.profiler.tool_config.torch.contents=[gpu]", "'gpu' not supported"),
         ("reward_model.num_workers=0", "must be a positive integer"),
+        (f"{ARR}.model.fused_kernel_options.impl_backend=triton", "written in torch"),
+        (f"{ARR}.model.use_fused_kernels=False {ARR}.actor.entropy_checkpointing=True", "needs the fused output layer"),
+        (f"{ARR}.model.use_fused_kernels=False {ARR}.ref.entropy_checkpointing=True", "needs the fused output layer"),
     ],
 )
 def test_values_hybrid_lacks_are_refused_with_the_reason(override, reason):
-    problems = problems_of([override])
-    assert override.split("=")[0] in problems and reason in problems
+    overrides = override.split()
+    problems = problems_of(overrides)
+    assert overrides[-1].split("=")[0] in problems and reason in problems
 
 
 def test_profiler_enabled_without_steps_or_tool_is_refused():
