@@ -38,14 +38,37 @@ def balance_order(seq_lens: list[int], num_partitions: int) -> list[int]:
     return [i for p in range(num_partitions) for i in sorted(members[p])]
 
 
-def balance_batch(batch: DataProto, world_size: int) -> dict[str, float]:
-    """Reorder in place so every rank gets about the same number of tokens."""
+def balance_batch(batch: DataProto, world_size: int, keep_groups: bool = False) -> dict[str, float]:
+    """Reorder in place so every rank gets about the same number of tokens.
+
+    `keep_groups` (prompt-once packing is on): the rows of a prompt group (one `uid`) move
+    together, so each rank can put their prompt through the model once, and a group's load
+    counts its prompt once; when equal-size groups cannot split evenly over the ranks, rows
+    are balanced one by one (still exact, less sharing).
+    """
     seq_lens = batch.batch["attention_mask"].sum(-1).tolist()
-    order = balance_order(seq_lens, world_size)
+    groups = _uid_groups(batch) if keep_groups and world_size > 1 else None
+    if groups and len(groups) % world_size == 0 and len({len(g) for g in groups}) == 1:
+        prompt_width = batch.batch["input_ids"].shape[1] - batch.batch["responses"].shape[1]
+        prompt_lens = batch.batch["attention_mask"][:, :prompt_width].sum(-1).tolist()
+        costs = [prompt_lens[g[0]] + sum(seq_lens[r] - prompt_lens[r] for r in g) for g in groups]
+        order = [row for unit in balance_order(costs, world_size) for row in groups[unit]]
+    else:
+        order = balance_order(seq_lens, world_size)
     batch.reorder(torch.tensor(order))
     chunk = len(order) // max(world_size, 1)
     loads = [sum(seq_lens[i] for i in order[r * chunk:(r + 1) * chunk]) for r in range(world_size)]
     return {"perf/balance_max_min_ratio": max(loads) / max(min(loads), 1)} if world_size > 1 else {}
+
+
+def _uid_groups(batch: DataProto) -> list[list[int]] | None:
+    uids = batch.non_tensor_batch.get("uid")
+    if uids is None:
+        return None
+    by_uid: dict[str, list[int]] = {}
+    for row, uid in enumerate(uids):
+        by_uid.setdefault(uid, []).append(row)
+    return list(by_uid.values())
 
 
 def compute_advantage(batch: DataProto, algorithm_config) -> None:

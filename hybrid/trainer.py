@@ -43,6 +43,7 @@ from hybrid.tracking import Tracking, ValidationGenerationsLogger
 from protocol.data_proto import DataProto, pad_dataproto_to_divisor
 from workers.profiling import profiled_step
 from workers.rollout.multi_turn import summarize as summarize_multi_turn
+from workers.shared_prefix import shares_prompts
 
 GEN_KEYS = ["input_ids", "attention_mask", "position_ids"]
 
@@ -257,7 +258,9 @@ class PPOTrainer:
             batch, _ = self._rollout_and_score(batch, timing)
         batch.meta_info["global_steps"] = self.global_steps
         if cfg.trainer.balance_batch:
-            metrics.update(balance_batch(batch, self.world_size))
+            arr = cfg.actor_rollout_ref
+            keep_groups = shares_prompts(arr.actor.use_prefix_grouper, arr.rollout.n)
+            metrics.update(balance_batch(batch, self.world_size, keep_groups))
 
         correction = cfg.algorithm.rollout_correction
         if correction.bypass_mode:

@@ -64,3 +64,47 @@ def test_header_says_what_runs_and_where_files_go(tmp_path, capsys):
         "  data: 2000 training rows, 200 validation rows | 15 steps of 8 prompts | validation every 5 steps",
         f"  run folder: {tmp_path} (metrics, engine logs, checkpoints)",
     ]
+
+
+def _grouped_batch(prompt_lens: list[int], response_lens: list[list[int]]):
+    """Rows of equal-size groups (one uid each), left-padded prompts, right-padded responses."""
+    import numpy as np
+    import torch
+
+    from protocol.data_proto import DataProto
+
+    width, response_width = max(prompt_lens), max(max(r) for r in response_lens)
+    masks, uids = [], []
+    for g, (p, responses) in enumerate(zip(prompt_lens, response_lens)):
+        for r in responses:
+            masks.append([0] * (width - p) + [1] * (p + r) + [0] * (response_width - r))
+            uids.append(f"u{g}")
+    mask = torch.tensor(masks)
+    ids = torch.arange(mask.numel()).view_as(mask)
+    return DataProto.from_dict(
+        tensors={"attention_mask": mask, "input_ids": ids, "responses": ids[:, width:]},
+        non_tensors={"uid": np.array(uids, dtype=object)},
+    )
+
+
+def test_balance_batch_keeps_prompt_groups_on_one_rank_and_counts_their_prompt_once():
+    from hybrid.batch_ops import balance_batch
+
+    # 4 groups of 2: long prompts with short responses vs short prompts with long responses
+    batch = _grouped_batch([30, 30, 2, 2], [[1, 1], [1, 1], [20, 20], [20, 20]])
+    metrics = balance_batch(batch, world_size=2, keep_groups=True)
+    uids = list(batch.non_tensor_batch["uid"])
+    ranks = [set(uids[:4]), set(uids[4:])]
+    assert all(len(r) == 2 for r in ranks)  # two whole groups per rank
+    # counted prompt-once the groups cost 32, 32, 42, 42: each rank gets one of each kind
+    assert all(any(u in r for u in ("u0", "u1")) and any(u in r for u in ("u2", "u3")) for r in ranks)
+    assert metrics["perf/balance_max_min_ratio"] == 1.0
+
+
+def test_balance_batch_falls_back_to_rows_when_groups_cannot_split_evenly():
+    from hybrid.batch_ops import balance_batch
+
+    batch = _grouped_batch([3, 5, 7], [[1, 2], [3, 4], [5, 6]])  # 3 groups over 2 ranks
+    balance_batch(batch, world_size=2, keep_groups=True)
+    lens = batch.batch["attention_mask"].sum(-1).tolist()
+    assert sorted(lens) == [4, 5, 8, 9, 12, 13] and abs(sum(lens[:3]) - sum(lens[3:])) <= 3
