@@ -259,7 +259,7 @@ class PPOTrainer:
         batch.meta_info["global_steps"] = self.global_steps
         if cfg.trainer.balance_batch:
             arr = cfg.actor_rollout_ref
-            keep_groups = shares_prompts(arr.actor.use_prefix_grouper, arr.rollout.n)
+            keep_groups = shares_prompts(arr.actor.use_prefix_grouper, arr.rollout.n, arr.model.use_remove_padding)
             metrics.update(balance_batch(batch, self.world_size, keep_groups))
 
         correction = cfg.algorithm.rollout_correction

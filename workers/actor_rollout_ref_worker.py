@@ -116,7 +116,7 @@ class ActorRolloutRefWorker(ProfiledWorker, Worker):
     @property
     def share_prompts(self) -> bool:
         """Prompt-once packing for the actor's and the reference's passes (actor.use_prefix_grouper)."""
-        return shares_prompts(self.config.actor.use_prefix_grouper, self.config.rollout.n)
+        return shares_prompts(self.config.actor.use_prefix_grouper, self.config.rollout.n, self.config.model.use_remove_padding)
 
     def _build_ref(self):
         use_remove_padding = self.config.model.use_remove_padding

@@ -29,7 +29,7 @@ class CriticWorker(ProfiledWorker, Worker):
     def __init__(self, config, rollout_n: int, use_prefix_grouper: bool | None = None):
         super().__init__()
         self.config = config
-        self.share_prompts = shares_prompts(use_prefix_grouper, rollout_n)
+        self.share_prompts = shares_prompts(use_prefix_grouper, rollout_n, config.model.use_remove_padding)
         self.mini_batch_samples = mini_batch_samples_per_rank(config.ppo_mini_batch_size, rollout_n, self.world_size)
         self.profiler = StepProfiler(config.profiler, "critic", self.rank)
 

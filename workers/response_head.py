@@ -117,7 +117,9 @@ def fused_response_head(model, labels: torch.Tensor, temperature: float):
         if flat.shape[0] != labels.shape[0]:
             raise ValueError(f"the fused head got {flat.shape[0]} positions for {labels.shape[0]} response tokens")
         log_probs, entropy = _ChunkedLogProbs.apply(flat, head.weight, head.bias, labels, float(temperature))
-        return torch.stack([log_probs, entropy], dim=-1).reshape(*hidden.shape[:-1], 2)
+        shape = hidden.shape[:-1]
+        # A fresh tensor, not a view: FSDP2 hooks the root's output for its backward pass.
+        return torch.stack([log_probs.view(shape), entropy.view(shape)], dim=-1)
 
     head.forward = forward
     try:

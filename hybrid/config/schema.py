@@ -292,7 +292,7 @@ class ActorConfig:
     skip_old_log_prob_on_policy: bool
     entropy_from_logits_with_chunking: bool  # both values: entropy is always chunked
     entropy_checkpointing: bool  # true needs the fused output layer (model.use_fused_kernels not false)
-    use_prefix_grouper: bool | None  # null: on when rollout.n > 1 (workers/shared_prefix.py)
+    use_prefix_grouper: bool | None  # null: on when rollout.n > 1 and rows are packed (workers/shared_prefix.py)
     optim: ActorOptimConfig
     fsdp_config: TrainFSDPConfig
     checkpoint: CheckpointConfig

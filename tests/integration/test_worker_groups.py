@@ -1,7 +1,8 @@
 """Worker groups on a tiny random model: one rank in process and two Ray ranks over gloo
 give the same log-probs and the same update; packed sequences and token-budget
 micro-batches give the same numbers as the plain padded path; a killed worker makes the
-driver raise an error naming it instead of hanging."""
+driver raise an error naming it instead of hanging. The batch has 2 samples per prompt, so
+the defaults pack prompt-once with the fused output layer; one case turns both off."""
 
 from __future__ import annotations
 
@@ -89,8 +90,9 @@ def test_ray_group_matches_in_process(ray_cluster, tiny_model_dir, batch, local_
         ["actor_rollout_ref.model.use_remove_padding=false"],
         ["actor_rollout_ref.actor.use_dynamic_bsz=true", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=120"],
         ["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8"],
+        ["actor_rollout_ref.actor.use_prefix_grouper=false", "actor_rollout_ref.model.use_fused_kernels=false"],
     ],
-    ids=["padded", "dynamic_bsz", "one_micro_batch"],
+    ids=["padded", "dynamic_bsz", "one_micro_batch", "unshared_full_logits"],
 )
 def test_micro_batching_modes_match(tiny_model_dir, batch, local_result, overrides):
     cfg = engine_config(tiny_model_dir, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", *overrides)

@@ -81,3 +81,14 @@ def test_on_device_puts_state_back_when_the_call_raises(monkeypatch):
         with fsdp_utils.on_device(torch.nn.Linear(2, 2), _fsdp(True, True), object()):
             raise RuntimeError("boom")
     assert moves.log == ["load_params", "load_optimizer", "offload_optimizer", "offload_params"]
+
+
+@pytest.mark.parametrize(
+    ("setting", "n", "remove_padding", "shared"),
+    [(None, 4, True, True), (None, 1, True, False), (None, 4, False, False),
+     (True, 1, False, True), (True, 4, False, True), (False, 4, True, False)],
+)
+def test_prompt_once_packing_is_on_by_default_where_rows_are_packed_and_prompts_repeat(setting, n, remove_padding, shared):
+    from workers.shared_prefix import shares_prompts
+
+    assert shares_prompts(setting, n, remove_padding) is shared
