@@ -21,12 +21,53 @@ from dataclasses import dataclass
 import torch
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class SharedPrefixLayout:
-    """Spans `(start, length)` in the packed row: each group's prompt and its responses."""
+    """Where each group sits in the packed row, and the gathers that batch its attention.
+
+    `prompts` and `responses` are spans `(start, length)` in the packed row. The attention
+    runs as two SDPA calls per layer, whatever the number of groups: every prompt padded to
+    the longest (`prompt_index`, causal), and every non-empty response padded to the
+    longest with its prompt's keys in front (`response_query_index`, `response_key_index`,
+    `response_mask`: the whole real prompt, then causally its own tokens). `output_index`
+    takes each packed position's result from the two outputs laid end to end.
+    """
 
     prompts: tuple[tuple[int, int], ...]
     responses: tuple[tuple[tuple[int, int], ...], ...]  # per group, per response
+    prompt_index: torch.Tensor  # (G, P_max) packed positions, padded with 0
+    response_query_index: torch.Tensor  # (N, R_max)
+    response_key_index: torch.Tensor  # (N, P_max + R_max)
+    response_mask: torch.Tensor  # (N, 1, R_max, P_max + R_max) bool
+    output_index: torch.Tensor  # (T,) into [prompt outputs (G * P_max), response outputs (N * R_max)]
+
+
+def attention_plan(prompts, responses, total: int, device) -> dict[str, torch.Tensor]:
+    """The index tensors of a `SharedPrefixLayout` (built once per micro-batch, used by every layer)."""
+    p_max = max((n for _, n in prompts), default=0)
+    spans = [(g, r0, r_len) for g, group in enumerate(responses) for r0, r_len in group if r_len]
+    r_max = max((n for _, _, n in spans), default=0)
+    prompt_index = torch.zeros(len(prompts), p_max, dtype=torch.long)
+    output_index = torch.zeros(total, dtype=torch.long)
+    for g, (p0, p_len) in enumerate(prompts):
+        prompt_index[g, :p_len] = torch.arange(p0, p0 + p_len)
+        output_index[p0 : p0 + p_len] = g * p_max + torch.arange(p_len)
+    query_index = torch.zeros(len(spans), r_max, dtype=torch.long)
+    key_index = torch.zeros(len(spans), p_max + r_max, dtype=torch.long)
+    mask = torch.zeros(len(spans), 1, r_max, p_max + r_max, dtype=torch.bool)
+    causal = torch.ones(r_max, r_max, dtype=torch.bool).tril()
+    base = len(prompts) * p_max
+    for i, (g, r0, r_len) in enumerate(spans):
+        p_len = prompts[g][1]
+        query_index[i, :r_len] = torch.arange(r0, r0 + r_len)
+        key_index[i, :p_max] = prompt_index[g]
+        key_index[i, p_max : p_max + r_len] = query_index[i, :r_len]
+        mask[i, 0, :, :p_len] = True
+        mask[i, 0, :, p_max : p_max + r_len] = causal[:, :r_len]
+        output_index[r0 : r0 + r_len] = base + i * r_max + torch.arange(r_len)
+    tensors = {"prompt_index": prompt_index, "response_query_index": query_index, "response_key_index": key_index,
+               "response_mask": mask, "output_index": output_index}
+    return {k: v.to(device) for k, v in tensors.items()}
 
 
 def shares_prompts(use_prefix_grouper: bool | None, rollout_n: int, use_remove_padding: bool) -> bool:
@@ -96,5 +137,6 @@ def pack_shared(input_ids: torch.Tensor, attention_mask: torch.Tensor, position_
     flat = torch.cat(sources)
     packed_ids = input_ids.reshape(-1)[flat].unsqueeze(0)
     packed_pos = position_ids.reshape(-1)[flat].unsqueeze(0)
-    layout = SharedPrefixLayout(prompts=tuple(prompts), responses=tuple(responses))
+    plan = attention_plan(prompts, responses, start, device)
+    layout = SharedPrefixLayout(prompts=tuple(prompts), responses=tuple(responses), **plan)
     return packed_ids, packed_pos, packed_at, {"shared_prefix": layout}
