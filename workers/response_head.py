@@ -53,7 +53,11 @@ def uses_fused_head(use_fused_kernels: bool | None, model) -> bool:
 
 
 class _ChunkedLogProbs(torch.autograd.Function):
-    """hidden (N, H), weight (V, H), bias (V,) or None, labels (N,) -> log-probs, entropy (N,) fp32."""
+    """hidden (N, H), weight (V, H), bias (V,) or None, labels (N,) -> log-probs, entropy (N,) fp32.
+
+    Each chunk's fp32 log-softmax is worked on in place: a chunk costs two (rows x V)
+    buffers, forward and backward.
+    """
 
     @staticmethod
     def forward(ctx, hidden, weight, bias, labels, temperature: float):
@@ -62,10 +66,12 @@ class _ChunkedLogProbs(torch.autograd.Function):
         lse = torch.empty_like(log_probs)
         entropy = torch.empty_like(log_probs)
         for s, e in _chunks(hidden.shape[0], weight.shape[0]):
-            z = F.linear(hidden[s:e], weight, bias).float() / temperature
-            lse[s:e] = torch.logsumexp(z, dim=-1)
-            log_probs[s:e] = z.gather(-1, labels[s:e].unsqueeze(-1)).squeeze(-1) - lse[s:e]
-            entropy[s:e] = lse[s:e] - (torch.softmax(z, dim=-1) * z).sum(-1)
+            z = _tempered_logits(hidden[s:e], weight, bias, temperature)
+            chunk_lse = torch.logsumexp(z, dim=-1)
+            lse[s:e] = chunk_lse
+            log_probs[s:e] = z.gather(-1, labels[s:e].unsqueeze(-1)).squeeze(-1) - chunk_lse
+            # H = lse - sum p z, as workers/losses.entropy_from_logits computes it
+            entropy[s:e] = chunk_lse - (z - chunk_lse.unsqueeze(-1)).exp_().mul_(z).sum(-1)
         ctx.save_for_backward(hidden, weight, bias, labels, lse, entropy)
         ctx.temperature = temperature
         return log_probs, entropy
@@ -79,17 +85,13 @@ class _ChunkedLogProbs(torch.autograd.Function):
         grad_bias = torch.zeros(weight.shape[0], dtype=torch.float32, device=weight.device) if need_bias else None
         if grad_log_probs is None and grad_entropy is None:
             return grad_hidden, grad_weight, grad_bias, None, None
+        scale = 1.0 / ctx.temperature  # z = logits / T: every gradient picks up 1/T
+        g_lp = None if grad_log_probs is None else grad_log_probs.float() * scale
+        g_ent = None if grad_entropy is None else grad_entropy.float() * scale
         for s, e in _chunks(hidden.shape[0], weight.shape[0]):
-            z = F.linear(hidden[s:e], weight, bias).float() / ctx.temperature
-            probs = torch.exp(z - lse[s:e, None])
-            grad_z = torch.zeros_like(z)
-            if grad_log_probs is not None:  # d log p_y / dz = onehot(y) - p
-                g = grad_log_probs[s:e, None].float()
-                grad_z -= probs * g
-                grad_z.scatter_add_(-1, labels[s:e, None], g)
-            if grad_entropy is not None:  # dH / dz_j = -p_j (log p_j + H)
-                grad_z -= grad_entropy[s:e, None].float() * probs * (z - lse[s:e, None] + entropy[s:e, None])
-            grad_z = (grad_z / ctx.temperature).to(hidden.dtype)
+            grad_z = _grad_logits_chunk(hidden[s:e], weight, bias, ctx.temperature, lse[s:e], entropy[s:e], labels[s:e],
+                                        None if g_lp is None else g_lp[s:e], None if g_ent is None else g_ent[s:e])
+            grad_z = grad_z.to(hidden.dtype)
             if need_hidden:
                 grad_hidden[s:e] = grad_z @ weight
             if need_weight:
@@ -98,6 +100,29 @@ class _ChunkedLogProbs(torch.autograd.Function):
                 grad_bias += grad_z.float().sum(0)
         cast = lambda g: None if g is None else g.to(weight.dtype)  # noqa: E731
         return grad_hidden, cast(grad_weight), cast(grad_bias), None, None
+
+
+def _tempered_logits(hidden, weight, bias, temperature: float) -> torch.Tensor:
+    """One chunk's fp32 logits / temperature, in a fresh buffer the caller may overwrite."""
+    z = F.linear(hidden, weight, bias).float()
+    return z.div_(temperature) if temperature != 1.0 else z
+
+
+def _grad_logits_chunk(hidden, weight, bias, temperature, lse, entropy, labels, g_lp, g_ent) -> torch.Tensor:
+    """d(sum g_lp log p_y + g_ent H) / dz for one chunk, in fp32:
+    d log p_y / dz = onehot(y) - p and dH / dz = -p (log p + H)."""
+    log_p = _tempered_logits(hidden, weight, bias, temperature).sub_(lse.unsqueeze(-1))
+    probs = log_p.exp()
+    if g_ent is not None:  # log_p becomes g_lp + g_ent (log p + H), the factor of -p
+        log_p.add_(entropy.unsqueeze(-1)).mul_(g_ent.unsqueeze(-1))
+        if g_lp is not None:
+            log_p.add_(g_lp.unsqueeze(-1))
+        grad_z = probs.mul_(log_p).neg_()
+    else:
+        grad_z = probs.mul_(-g_lp.unsqueeze(-1))
+    if g_lp is not None:
+        grad_z.scatter_add_(-1, labels.unsqueeze(-1), g_lp.unsqueeze(-1))
+    return grad_z
 
 
 def _chunks(rows: int, vocab: int) -> list[tuple[int, int]]:
