@@ -28,7 +28,9 @@ baseline: all real tokens of all rows, prompt-once: each group's prompt once per
 micro-batch + every response token); positions through the vocabulary projection (a hook
 on lm_head; the actor computes logits at the positions predicting response tokens); peak
 RSS of the subprocess; the grad norm of the warm-up update (the same weights and batch in
-every variant, so it should agree); and the matrix-product floor: 6 x (decoder-layer
+every variant, so it should agree); the cores other processes kept busy during the timed
+updates ("others", from /proc/stat: 0 on a quiet machine, and timings taken beside other
+work are not comparable); and the matrix-product floor: 6 x (decoder-layer
 weights) x decoder tokens + 6 x (vocabulary weights) x vocabulary positions FLOPs, at the
 rates torch.mm reaches here on the update's shapes in its compute dtype. Everything goes to
 `.bench/bench_update-<timestamp>.json` too.
@@ -147,16 +149,17 @@ def ratio(value, base) -> float | None:
 
 def format_table(rows: list[dict]) -> str:
     header = f"{'variant':<15} {'s/update':>9} {'vs base':>8} {'decoder tok':>12} {'vocab tok':>10} " \
-             f"{'peak RSS GB':>12} {'floor s':>8} {'grad norm':>10}  note"
+             f"{'peak RSS GB':>12} {'floor s':>8} {'grad norm':>10} {'others':>7}  note"
     lines = [header, "-" * len(header)]
     for r in rows:
         if r.get("skipped"):
-            lines.append(f"{r['variant']:<15} {'-':>9} {'-':>8} {'-':>12} {'-':>10} {'-':>12} {'-':>8} {'-':>10}  {r['skipped']}")
+            lines.append(f"{r['variant']:<15} {'-':>9} {'-':>8} {'-':>12} {'-':>10} {'-':>12} {'-':>8} {'-':>10} {'-':>7}  {r['skipped']}")
             continue
         vs = "-" if r.get("ratio") is None else f"{r['ratio']:.2f}"
+        others = "-" if r.get("other_cores") is None else f"{r['other_cores']:.2f}"
         lines.append(
             f"{r['variant']:<15} {r['seconds']:>9.2f} {vs:>8} {r['decoder_tokens']:>12} {r['vocab_tokens']:>10} "
-            f"{r['peak_rss_gb']:>12.2f} {r['floor_s']:>8.2f} {r['grad_norm']:>10.4f}  {r.get('note', '')}"
+            f"{r['peak_rss_gb']:>12.2f} {r['floor_s']:>8.2f} {r['grad_norm']:>10.4f} {others:>7}  {r.get('note', '')}"
         )
     return "\n".join(lines)
 
@@ -320,11 +323,15 @@ def run_variant(name: str, path: Path, repeats: int, mixed_precision: str) -> di
         data = DataProto.from_dict(tensors=dict(saved["tensors"]), meta_info=dict(saved["meta"]["meta_info"]))
         data.meta_info["rollout_correction"] = config.algorithm.rollout_correction
         with worker._actor_on_device(optimizer=True):
+            before = cpu_snapshot()
             start = time.perf_counter()
             metrics = worker.actor.update_policy(data, arr.rollout.temperature, mini_batch)
-            return time.perf_counter() - start, metrics
+            seconds = time.perf_counter() - start
+            others.append(others_cores(before, cpu_snapshot()))
+            return seconds, metrics
 
     counts = {"decoder": 0, "vocab": 0}
+    others: list[float] = []
     hooks = _counting_hooks(worker.actor.module, counts)
     warm_s, warm_metrics = update()
     for hook in hooks:
@@ -335,8 +342,27 @@ def run_variant(name: str, path: Path, repeats: int, mixed_precision: str) -> di
         "decoder_tokens_seen": counts["decoder"], "vocab_tokens_seen": counts["vocab"],
         "grad_norm": float(warm_metrics["actor/grad_norm"]), "pg_loss": float(warm_metrics["actor/pg_loss"]),
         "peak_rss_gb": _peak_rss_gb(), "rss_after_load_gb": rss_loaded,
+        "other_cores": statistics.mean(others[1:]) if others[1:] else None, "other_cores_each": others,
         "threads": int(os.environ.get("OMP_NUM_THREADS", "0")),
     }
+
+
+def cpu_snapshot() -> tuple[float, float, float]:
+    """(wall seconds, CPU seconds busy on the whole machine, CPU seconds of this process)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        busy = (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")  # minus idle and iowait
+    except (OSError, ValueError):
+        busy = float("nan")
+    return time.perf_counter(), busy, usage.ru_utime + usage.ru_stime
+
+
+def others_cores(before: tuple[float, float, float], after: tuple[float, float, float]) -> float:
+    """Cores that other processes kept busy between two snapshots (0 on a quiet machine)."""
+    wall = after[0] - before[0]
+    return max((after[1] - before[1]) - (after[2] - before[2]), 0.0) / wall if wall > 0 else 0.0
 
 
 def _peak_rss_gb() -> float:
@@ -422,8 +448,10 @@ def run_all(args, path: Path, saved: dict) -> dict:
     weights = weight_counts(hf)
     dtype = str(resolve_mixed_precision(args.mixed_precision)).replace("torch.", "")
     rows_per_micro = max(saved["meta"]["rows"] // micro, 1)
+    before = cpu_snapshot()
     rates = measure_rates(dtype, hf["hidden_size"], hf["intermediate_size"], hf["vocab_size"],
                           expected["padded_rows"] // rows_per_micro, expected["logit_positions"] // rows_per_micro)
+    rates_others = others_cores(before, cpu_snapshot())
     accepted = accepted_actor_flags()
     rows = []
     for name in args.variants:
@@ -440,7 +468,7 @@ def run_all(args, path: Path, saved: dict) -> dict:
             r["ratio"] = ratio(r["seconds"], base["seconds"] if base else None)
     ideal = matmul_floor_seconds(weights, expected["prompt_once"], expected["response_tokens"], rates)
     return {"rows": rows, "expected_tokens": expected, "weights": weights, "rates_flops": rates, "dtype": dtype,
-            "floor_tokens_that_matter_s": ideal}
+            "floor_tokens_that_matter_s": ideal, "rates_other_cores": rates_others}
 
 
 def _ensure_batch(args) -> tuple[Path, dict]:
@@ -463,7 +491,7 @@ def _print_report(report: dict, saved: dict, load: tuple) -> None:
     print(format_table(report["rows"]))
     rates = report["rates_flops"]
     print(f"matmul rates ({report['dtype']}): layers {rates['layers'] / 1e9:.0f} GFLOP/s, vocabulary "
-          f"{rates['vocab'] / 1e9:.0f} GFLOP/s; floor for the tokens that matter (each prompt once: "
+          f"{rates['vocab'] / 1e9:.0f} GFLOP/s (others {report['rates_other_cores']:.2f} cores); floor for the tokens that matter (each prompt once: "
           f"{e['prompt_once']} decoder tokens, {e['response_tokens']} response tokens): "
           f"{report['floor_tokens_that_matter_s']:.2f} s")
 

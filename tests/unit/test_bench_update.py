@@ -13,6 +13,7 @@ from scripts.bench_update import (
     logit_positions,
     matmul_floor_seconds,
     missing_flags,
+    others_cores,
     padded_row_tokens,
     prompt_once_tokens,
     settings_hash,
@@ -111,3 +112,9 @@ def test_table_shows_skipped_variants():
     table = format_table(rows)
     assert "baseline" in table and "10.00" in table and "1.00" in table
     assert "takes no chunk_logits" in table
+
+
+def test_other_processes_cores_are_the_machine_busy_time_minus_ours():
+    # 10 s of wall time, the machine busy for 25 CPU-seconds, 20 of them ours: 0.5 core.
+    assert others_cores((0.0, 100.0, 5.0), (10.0, 125.0, 25.0)) == 0.5
+    assert others_cores((0.0, 100.0, 5.0), (10.0, 119.0, 25.0)) == 0.0  # clock-tick rounding
