@@ -50,7 +50,7 @@ class HarmlessWarnings(logging.Filter):
         return record.levelno > logging.WARNING or not HARMLESS_WARNINGS.search(record.getMessage())
 
 
-def _debug() -> bool:
+def debug_enabled() -> bool:
     return os.environ.get("HYBRID_DEBUG", "").lower() in ("1", "true", "yes")
 
 
@@ -95,7 +95,7 @@ def quiet_engine_before_import() -> str | None:
     logged during its import, before its config applies, through the root handlers: those
     get the same filter."""
     current = os.environ.get(CONFIG_PATH_ENV)
-    if _debug() or (current and current not in _WRITTEN):
+    if debug_enabled() or (current and current not in _WRITTEN):
         return None
     path = engine_log_path()
     fd, config_path = tempfile.mkstemp(prefix="hybrid-vllm-logging-", suffix=".json")

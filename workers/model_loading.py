@@ -13,10 +13,12 @@ import hashlib
 import os
 import shutil
 import tempfile
+from contextlib import contextmanager
 
 import torch
 
 from workers.device import current_device, require_cuda
+from workers.engine_logs import debug_enabled
 from workers.fsdp_utils import apply_fsdp2, resolve_mixed_precision
 from workers.lora import apply_lora
 from workers.packed_attention import register_packed_attention
@@ -24,6 +26,22 @@ from workers.packed_attention import register_packed_attention
 
 SHM_ROOT = "/dev/shm"
 USE_SHM = "actor_rollout_ref.model.use_shm"
+
+
+@contextmanager
+def _no_progress_bar():
+    """transformers' "Loading weights" bar, one line per model per rank, says nothing a run
+    needs (HYBRID_DEBUG=1 keeps it)."""
+    from transformers.utils import logging as hf_logging
+
+    if debug_enabled() or not hf_logging.is_progress_bar_enabled():
+        yield
+        return
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.enable_progress_bar()
 
 
 def _folder_files(folder: str) -> list[str]:
@@ -113,10 +131,11 @@ def load_hf_model(
     for key, value in {**dict(override_config or {}), **hf_config_overrides}.items():
         setattr(hf_config, key, value)
     torch.manual_seed(seed)  # freshly initialised heads (the critic's) must agree across ranks
-    module = auto_cls.from_pretrained(
-        path, config=hf_config, dtype=torch.float32, attn_implementation=register_packed_attention(),
-        trust_remote_code=trust_remote_code,
-    )
+    with _no_progress_bar():
+        module = auto_cls.from_pretrained(
+            path, config=hf_config, dtype=torch.float32, attn_implementation=register_packed_attention(),
+            trust_remote_code=trust_remote_code,
+        )
     if use_liger:
         require_cuda("actor_rollout_ref.model.use_liger")
         from liger_kernel.transformers import _apply_liger_kernel_to_instance

@@ -65,3 +65,18 @@ def test_debug_or_the_users_own_config_leave_vllm_alone(clean_env, tmp_path):
     clean_env.setenv(engine_logs.CONFIG_PATH_ENV, "/etc/my-vllm-logging.json")
     assert engine_logs.quiet_engine_before_import() is None
     assert os.environ[engine_logs.CONFIG_PATH_ENV] == "/etc/my-vllm-logging.json"
+
+
+def test_model_loading_hides_transformers_progress_bar_unless_debugging(monkeypatch):
+    from transformers.utils import logging as hf_logging
+
+    from workers.model_loading import _no_progress_bar
+
+    monkeypatch.delenv("HYBRID_DEBUG", raising=False)
+    assert hf_logging.is_progress_bar_enabled()
+    with _no_progress_bar():
+        assert not hf_logging.is_progress_bar_enabled()
+    assert hf_logging.is_progress_bar_enabled()
+    monkeypatch.setenv("HYBRID_DEBUG", "1")
+    with _no_progress_bar():
+        assert hf_logging.is_progress_bar_enabled()
