@@ -1,6 +1,7 @@
 """Rollout throughput: the fused hybrid worker against a standalone `vllm.LLM.generate`.
 
     python -m scripts.bench_rollout [--prompts 32] [--n 4] [--tokens 64] [--rounds 2]
+        [--override KEY=VALUE ...] [--fused-only]
 
 Both sides generate the same prompts (the default arithmetic validation prompts, chat
 template applied) with the same engine settings (dtype, eager mode, batched-token
@@ -11,7 +12,11 @@ log-prob extraction and the DataProto assembly. Each side runs in its own subpro
 (two vLLM engines do not share a process), alternating, `--rounds` times; every
 subprocess warms up once before it is timed; both processes have the worker's malloc
 tuning (workers/host_memory.py). The table gives the best round of each and
-the ratio fused / standalone (goal >= 0.9).
+the ratio fused / standalone (goal >= 0.9). `--override` passes config overrides to both
+sides (e.g. `actor_rollout_ref.rollout.cpu_kvcache_space_gb=4` or
+`actor_rollout_ref.rollout.engine_kwargs.vllm.enable_prefix_caching=true`; the standalone
+engine takes `engine_kwargs.vllm` as the worker does); `--fused-only` skips the standalone
+runs when only fused configurations are compared.
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ import time
 
 
 def _settings(args) -> dict:
-    return {"prompts": args.prompts, "n": args.n, "tokens": args.tokens, "repeats": args.repeats}
+    return {"prompts": args.prompts, "n": args.n, "tokens": args.tokens, "repeats": args.repeats,
+            "overrides": list(args.override)}
 
 
 def _prompt_batch(config, count: int):
@@ -54,6 +60,7 @@ def _config(settings: dict):
         "actor_rollout_ref.rollout.ignore_eos=true",
         "actor_rollout_ref.rollout.free_cache_engine=false",
         "trainer.worker_group=local",
+        *settings.get("overrides", []),
     ])
     return resolve_default_assets(config)
 
@@ -61,9 +68,10 @@ def _config(settings: dict):
 def _engine_kwargs(rollout_cfg, model_path: str) -> dict:
     """What the fused worker passes to vllm.LLM, minus the dummy load (workers/rollout/vllm_rollout.py)."""
     from workers.device import resolve_dtype_name
+    from workers.rollout.base import plain
 
     max_model_len = int(rollout_cfg.prompt_length) + int(rollout_cfg.response_length)
-    return dict(
+    kwargs = dict(
         model=model_path,
         dtype=resolve_dtype_name(str(rollout_cfg.dtype)),
         enforce_eager=bool(rollout_cfg.enforce_eager),
@@ -73,6 +81,8 @@ def _engine_kwargs(rollout_cfg, model_path: str) -> dict:
         enable_prefix_caching=False,
         seed=0,
     )
+    kwargs.update(plain(rollout_cfg.engine_kwargs.vllm or {}))
+    return kwargs
 
 
 def run_standalone(settings: dict) -> dict:
@@ -102,7 +112,8 @@ def run_standalone(settings: dict) -> dict:
         outputs = llm.generate(requests, params, use_tqdm=False)
         times.append(time.perf_counter() - start)
         tokens = sum(len(c.token_ids) for o in outputs for c in o.outputs)
-    return {"seconds": min(times), "tokens": tokens, "dtype": _engine_kwargs(rollout_cfg, "")["dtype"]}
+    return {"seconds": min(times), "tokens": tokens, "dtype": _engine_kwargs(rollout_cfg, "")["dtype"],
+            "libraries": _loaded_libraries()}
 
 
 def run_fused(settings: dict) -> dict:
@@ -124,7 +135,8 @@ def run_fused(settings: dict) -> dict:
         # With ignore_eos the engine always generates max_tokens; response_mask stops at the
         # first EOS, so it would undercount the work done.
         tokens = int(out.batch["responses"].numel())
-    return {"seconds": min(times), "engine_seconds": min(engine_times), "tokens": tokens}
+    return {"seconds": min(times), "engine_seconds": min(engine_times), "tokens": tokens,
+            "dtype": _engine_kwargs(config.actor_rollout_ref.rollout, "")["dtype"], "libraries": _loaded_libraries()}
 
 
 def _child(mode: str, settings: dict) -> dict:
@@ -137,6 +149,38 @@ def _child(mode: str, settings: dict) -> dict:
     return json.loads(marker[len("RESULT "):])
 
 
+def _loaded_libraries() -> list[str]:
+    """Allocator and OpenMP libraries mapped into this process (shows what LD_PRELOAD did)."""
+    with open("/proc/self/maps") as maps:
+        paths = {line.split()[-1] for line in maps if len(line.split()) >= 6}
+    return sorted(os.path.basename(p) for p in paths if any(k in p for k in ("iomp", "gomp", "tcmalloc", "jemalloc")))
+
+
+def _report(args, results: dict) -> None:
+    best = {mode: min(runs, key=lambda r: r["seconds"]) for mode, runs in results.items()}
+    tps = {mode: r["tokens"] / r["seconds"] for mode, r in best.items()}
+    base = tps.get("standalone", tps["fused"])
+    expected = args.prompts * args.n * args.tokens
+    print(f"\nrollout: {args.prompts} prompts x {args.n} samples x {args.tokens} tokens (ignore_eos), "
+          f"dtype {best['fused']['dtype']}, OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}, "
+          f"{platform.processor() or platform.machine()} with {os.cpu_count()} cores")
+    if args.override:
+        print(f"overrides: {' '.join(args.override)}")
+    print(f"libraries (fused process): {' '.join(best['fused']['libraries']) or '-'}; "
+          f"LD_PRELOAD={os.environ.get('LD_PRELOAD', '')}")
+    print(f"{'engine':<28} {'tokens':>7} {'seconds':>8} {'tokens/s':>9} {'ratio':>6}")
+    for mode, label in (("standalone", "vllm.LLM.generate"), ("fused", "hybrid generate_sequences")):
+        if mode in best:
+            r = best[mode]
+            print(f"{label:<28} {r['tokens']:>7} {r['seconds']:>8.2f} {tps[mode]:>9.1f} {tps[mode] / base:>6.2f}")
+    rounds = ", ".join(f"{mode} {[round(r['seconds'], 2) for r in runs]}" for mode, runs in results.items())
+    print(f"  (fused engine call alone: {best['fused']['engine_seconds']:.2f} s; all rounds s: {rounds})")
+    if "standalone" in tps:
+        print(f"fused / standalone = {tps['fused'] / tps['standalone']:.2f} (goal >= 0.9)")
+    if any(r["tokens"] != expected for r in best.values()):
+        print(f"warning: expected {expected} tokens per run; got {[r['tokens'] for r in best.values()]}")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m scripts.bench_rollout", description=__doc__.split("\n\n")[0])
     parser.add_argument("--prompts", type=int, default=32)
@@ -144,6 +188,9 @@ def main(argv=None) -> int:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=2, help="timed generate calls per subprocess (best is kept)")
     parser.add_argument("--rounds", type=int, default=2, help="alternating subprocess pairs")
+    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                        help="config override for both sides (repeatable)")
+    parser.add_argument("--fused-only", action="store_true", help="time only the fused worker")
     parser.add_argument("--child", choices=["standalone", "fused"], help=argparse.SUPPRESS)
     parser.add_argument("--settings", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -154,27 +201,12 @@ def main(argv=None) -> int:
         return 0
 
     settings = _settings(args)
-    results = {"standalone": [], "fused": []}
+    modes = ("fused",) if args.fused_only else ("standalone", "fused")
+    results = {mode: [] for mode in modes}
     for _ in range(args.rounds):
-        for mode in ("standalone", "fused"):
+        for mode in modes:
             results[mode].append(_child(mode, settings))
-    best = {mode: min(runs, key=lambda r: r["seconds"]) for mode, runs in results.items()}
-    tps = {mode: r["tokens"] / r["seconds"] for mode, r in best.items()}
-    ratio = tps["fused"] / tps["standalone"]
-    expected = args.prompts * args.n * args.tokens
-    print(f"\nrollout: {args.prompts} prompts x {args.n} samples x {args.tokens} tokens (ignore_eos), "
-          f"dtype {best['standalone']['dtype']}, OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}, "
-          f"{platform.processor() or platform.machine()} with {os.cpu_count()} cores")
-    print(f"{'engine':<28} {'tokens':>7} {'seconds':>8} {'tokens/s':>9} {'ratio':>6}")
-    for mode, label in (("standalone", "vllm.LLM.generate"), ("fused", "hybrid generate_sequences")):
-        r = best[mode]
-        print(f"{label:<28} {r['tokens']:>7} {r['seconds']:>8.2f} {tps[mode]:>9.1f} {tps[mode] / tps['standalone']:>6.2f}")
-    print(f"  (fused engine call alone: {best['fused']['engine_seconds']:.2f} s; "
-          f"all rounds s: standalone {[round(r['seconds'], 2) for r in results['standalone']]}, "
-          f"fused {[round(r['seconds'], 2) for r in results['fused']]})")
-    print(f"fused / standalone = {ratio:.2f} (goal >= 0.9)")
-    if any(r["tokens"] != expected for r in best.values()):
-        print(f"warning: expected {expected} tokens per run; got {[r['tokens'] for r in best.values()]}")
+    _report(args, results)
     return 0
 
 
