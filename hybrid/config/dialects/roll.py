@@ -15,26 +15,61 @@ verl's `ppo_mini_batch_size` is that divided by `num_return_sequences_in_group` 
 ROLL's warm-up counts optimizer steps, hybrid's training steps; `sequence_length` is prompt
 plus response. hybrid runs every role on the same devices, so the worker sections must share
 one `device_mapping`; its length is the number of devices. The agentic pipeline's multi-turn
-keys (custom_envs, the env managers) are in roll_agentic.py.
+keys (custom_envs, the env managers) are in roll_agentic.py; the converters the rules call
+are in roll_convert.py, the worker sections' rules in roll_workers.py.
 """
 
 from __future__ import annotations
 
-import ast
 import os
-import re
 from typing import Any
 
 from hybrid.config.dialects.roll_agentic import AGENTIC_RULES
+from hybrid.config.dialects.roll_convert import (
+    ACTOR,
+    ARR,
+    ASYNC,
+    DEEPSPEED,
+    MEGATRON,
+    NATIVE_TEMPLATE,
+    REF,
+    ROLLOUT,
+    _advantage,
+    _clip,
+    _dual_clip,
+    _eval_steps,
+    _interleave,
+    _is_weight,
+    _keep,
+    _kl_penalty,
+    _lists,
+    _logger,
+    _model_path,
+    _recompute,
+    _ref_model_path,
+    _response_length,
+    _resume,
+    _save_steps,
+    _sequence_length,
+    _target_kl,
+    _template,
+    _val_lengths,
+    _value_clip,
+    parse_devices,
+)
+from hybrid.config.dialects.roll_workers import (
+    _dtype_train,
+    _engine_config,
+    _reward_worker,
+    _strategy_config,
+    _worker_rules,
+)
 from hybrid.config.dialects.table import (
     NO_DUAL_CLIP,
-    Context,
     Dialect,
-    Refusal,
     Rule,
     choice,
     custom,
-    hybrid_default,
     ignore,
     refuse,
     same,
@@ -42,24 +77,6 @@ from hybrid.config.dialects.table import (
     translate,
     via,
 )
-
-ARR = "actor_rollout_ref"
-ACTOR = f"{ARR}.actor"
-ROLLOUT = f"{ARR}.rollout"
-REF = f"{ARR}.ref"
-
-MEGATRON = "the Megatron strategy: hybrid trains with FSDP2 only"
-DEEPSPEED = "the DeepSpeed strategy: hybrid trains with FSDP2 only"
-COLOCATED = (
-    "hybrid runs actor_train, actor_infer, reference and critic colocated on the same devices; "
-    "give them the same device_mapping"
-)
-AGENTIC = (
-    "a step-wise estimator of ROLL's agentic pipeline (one sample per environment step): hybrid estimates "
-    "advantages per trajectory; multi-turn episodes (custom_envs) train with grpo, gae, reinforce and the others"
-)
-ASYNC = "hybrid is synchronous and on-policy: each step generates with the current weights, then trains"
-NATIVE_TEMPLATE = "hybrid renders prompts with the tokenizer's own chat template (ROLL's `native`)"
 
 # ROLL's defaults (roll/configs, and Hugging Face TrainingArguments under training_args) for
 # keys that a rule reads together with the one given, where hybrid has no key of its own.
@@ -85,505 +102,6 @@ ROLL_DEFAULTS: dict[str, Any] = {
     "reference.strategy_args.strategy_name": "deepspeed_train",
     "critic.strategy_args.strategy_name": "deepspeed_train",
 }
-
-
-# ---------------------------------------------------------------- devices
-
-
-def parse_devices(value: Any) -> list[int]:
-    """A ROLL device_mapping: a list of ids, or a string such as `list(range(0,8))`."""
-    if isinstance(value, (list, tuple)):
-        ids = list(value)
-    elif isinstance(value, str):
-        m = re.fullmatch(r"\s*list\(\s*range\(\s*(-?\d+)\s*(?:,\s*(-?\d+)\s*)?(?:,\s*(-?\d+)\s*)?\)\s*\)\s*", value)
-        if m:
-            bounds = [int(x) for x in m.groups() if x is not None]
-            ids = list(range(*bounds))
-        else:
-            try:
-                ids = list(ast.literal_eval(value))
-            except (ValueError, SyntaxError, TypeError):
-                raise Refusal("not a device list (write [0,1,...] or list(range(a,b)))") from None
-    else:
-        raise Refusal("not a device list (write [0,1,...] or list(range(a,b)))")
-    if not ids or not all(isinstance(i, int) and i >= 0 for i in ids):
-        raise Refusal("a device list must hold device ids >= 0")
-    return ids
-
-
-def _placement(ids: list[int], ctx: Context) -> dict[str, Any]:
-    per_node = ctx.get("num_gpus_per_node")
-    nodes = 1 if max(ids) + 1 <= per_node else -(-(max(ids) + 1) // per_node)
-    if len(ids) % nodes:
-        raise Refusal(f"{len(ids)} devices over {nodes} nodes of {per_node}: hybrid needs the same number on each node")
-    return {"trainer.nnodes": nodes, "trainer.n_gpus_per_node": len(ids) // nodes}
-
-
-def _device_mapping(value: Any, ctx: Context) -> dict[str, Any]:
-    ids = parse_devices(value)
-    if ctx.key != "actor_train.device_mapping":
-        train = ctx.get("actor_train.device_mapping", None)
-        if train is None or sorted(parse_devices(train)) != sorted(ids):
-            raise Refusal(f"{COLOCATED} (actor_train.device_mapping={show(train)})")
-    return _placement(ids, ctx)
-
-
-def _world(ctx: Context) -> int:
-    if ctx.has("actor_train.device_mapping"):
-        return len(parse_devices(ctx.get("actor_train.device_mapping")))
-    return hybrid_default("trainer.nnodes") * hybrid_default("trainer.n_gpus_per_node")
-
-
-# ---------------------------------------------------------------- batches
-
-
-def _mini_batch(role: str, ctx: Context) -> tuple[int, str]:
-    """verl's mini batch (prompts) from ROLL's optimizer-step batch (samples)."""
-    per_device = ctx.get(f"{role}.training_args.per_device_train_batch_size")
-    accumulation = ctx.get(f"{role}.training_args.gradient_accumulation_steps")
-    world = _world(ctx)
-    n = ctx.effective("num_return_sequences_in_group", f"{ROLLOUT}.n")
-    samples = per_device * accumulation * world
-    what = (
-        f"per_device_train_batch_size {per_device} x gradient_accumulation_steps {accumulation} x "
-        f"{world} devices = {samples} samples per optimizer step"
-    )
-    if samples % n:
-        raise Refusal(
-            f"{what}, not a whole number of groups of num_return_sequences_in_group={n}; hybrid's "
-            f"mini batch is counted in prompts (whole groups)",
-            shared=True,
-        )
-    return samples // n, what
-
-
-def _batches(role: str, mini_key: str, micro_key: str):
-    def convert(value: Any, ctx: Context) -> dict[str, Any]:
-        mini, _ = _mini_batch(role, ctx)
-        out = {mini_key: mini}
-        if ctx.key.endswith("per_device_train_batch_size"):
-            out[micro_key] = value
-        return out
-
-    return convert
-
-
-def _warmup(role: str, verl_key: str):
-    def convert(value: Any, ctx: Context) -> dict[str, Any]:
-        train = ctx.effective("rollout_batch_size", "data.train_batch_size")
-        epochs = ctx.effective("ppo_epochs", f"{ACTOR}.ppo_epochs")
-        if ctx.has(f"{role}.training_args.per_device_train_batch_size") or ctx.has(f"{role}.training_args.gradient_accumulation_steps"):
-            mini, _ = _mini_batch(role, ctx)
-        else:
-            mini = hybrid_default(f"{ACTOR}.ppo_mini_batch_size")
-        if train % mini:
-            return {verl_key: value}  # hybrid's own check names the batch sizes that do not divide
-        per = train // mini * epochs
-        if value % per:
-            raise Refusal(
-                f"ROLL counts warm-up in optimizer steps and hybrid steps its schedule once per "
-                f"training step, which here is {per} optimizer steps; use a multiple of {per}"
-            )
-        return {verl_key: value // per}
-
-    return convert
-
-
-def _betas(role: str, verl_key: str):
-    def convert(value: Any, ctx: Context) -> dict[str, Any]:
-        return {verl_key: [ctx.get(f"{role}.training_args.adam_beta1"), ctx.get(f"{role}.training_args.adam_beta2")]}
-
-    return convert
-
-
-# ---------------------------------------------------------------- algorithm
-
-
-def _advantage(value: Any, ctx: Context) -> dict[str, Any]:
-    """adv_estimator, norm_mean_type, norm_std_type and whiten_advantages, read together."""
-    est, mean, std, whiten = (ctx.get(k) for k in ("adv_estimator", "norm_mean_type", "norm_std_type", "whiten_advantages"))
-    combo = f"adv_estimator={est}, norm_mean_type={show(mean)}, norm_std_type={show(std)}, whiten_advantages={show(whiten)}"
-    if est == "grpo":
-        # ROLL's grpo normalises rewards within each group (mean and std), as hybrid's grpo.
-        if whiten:
-            raise Refusal(f"{combo}: hybrid's grpo does not whiten the group-normalised advantages again", shared=True)
-        return {"algorithm.adv_estimator": "grpo", "algorithm.norm_adv_by_std_in_grpo": True}
-    if est == "gae":
-        if mean is not None or std is not None:
-            raise Refusal(f"{combo}: no key to normalise rewards before GAE", shared=True)
-        if not whiten:
-            raise Refusal(f"{combo}: hybrid's gae whitens the advantages over the batch (as verl's); set whiten_advantages: true", shared=True)
-        return {"algorithm.adv_estimator": "gae"}
-    if est == "reinforce":
-        if mean == "group" and std in ("group", None) and not whiten:
-            # Group-normalised reward as the advantage of every token: GRPO (Dr. GRPO without std).
-            return {"algorithm.adv_estimator": "grpo", "algorithm.norm_adv_by_std_in_grpo": std == "group"}
-        if mean in ("batch", None) and std in ("batch", None) and whiten:
-            # Whitening over the batch undoes any batch-level normalisation before it: REINFORCE++.
-            return {"algorithm.adv_estimator": "reinforce_plus_plus"}
-        raise Refusal(
-            f"{combo}: hybrid has reinforce with group normalisation (-> grpo) or with whitened "
-            f"advantages (-> reinforce_plus_plus), not this combination",
-            shared=True,
-        )
-    if est in ("gigpo", "step_reinforce", "agentic_reinforce"):
-        raise Refusal(f"adv_estimator={est}: {AGENTIC}", shared=True)
-    raise Refusal(f"adv_estimator={est}: supported gae, grpo, reinforce", shared=True)
-
-
-def _clip(value: Any, ctx: Context) -> dict[str, Any]:
-    """pg_clip, use_pg_clip_range, pg_clip_low and pg_clip_high, read together."""
-    if ctx.get("use_pg_clip_range"):
-        low, high = ctx.get("pg_clip_low"), ctx.get("pg_clip_high")
-    else:
-        low = high = ctx.get("pg_clip")
-    return {f"{ACTOR}.clip_ratio": ctx.get("pg_clip"), f"{ACTOR}.clip_ratio_low": low, f"{ACTOR}.clip_ratio_high": high}
-
-
-def _target_kl(value: Any, ctx: Context) -> dict[str, Any]:
-    if value is None:
-        return {"algorithm.kl_ctrl.type": "fixed"}
-    return {"algorithm.kl_ctrl.type": "adaptive", "algorithm.kl_ctrl.target_kl": value}
-
-
-def _resume(value: Any, ctx: Context) -> dict[str, Any]:
-    if value is False or value is None:
-        return {"trainer.resume_mode": "disable"}
-    if value is True:
-        return {"trainer.resume_mode": "auto"}
-    return {"trainer.resume_mode": "resume_path", "trainer.resume_from_path": value}
-
-
-def _keep(value: Any, ctx: Context) -> dict[str, Any]:
-    keep = None if value <= 0 else value
-    return {"trainer.max_actor_ckpt_to_keep": keep, "trainer.max_critic_ckpt_to_keep": keep}
-
-
-def _save_steps(value: Any, ctx: Context) -> dict[str, Any]:
-    # ROLL saves every save_steps steps and always the last step; its checkpoints hold the
-    # Hugging Face model. save_steps <= 0 keeps only the last step.
-    freq = value if value > 0 else ctx.effective("max_steps", "trainer.total_training_steps")
-    return {"trainer.save_freq": freq, f"{ACTOR}.checkpoint.save_contents": ["model", "optimizer", "extra", "hf_model"]}
-
-
-def _eval_steps(value: Any, ctx: Context) -> dict[str, Any]:
-    if value is None or value <= 0:
-        return {"trainer.test_freq": -1, "trainer.val_before_train": False}
-    return {"trainer.test_freq": value, "trainer.val_before_train": True}
-
-
-def _response_length(value: Any, ctx: Context) -> dict[str, Any]:
-    # ROLL derives the response budget from sequence_length whenever that is set.
-    return {} if ctx.get("sequence_length", None) is not None else {"data.max_response_length": value}
-
-
-def _sequence_length(value: Any, ctx: Context) -> int:
-    prompt = ctx.effective("prompt_length", "data.max_prompt_length")
-    if value <= prompt:
-        raise Refusal(f"must exceed prompt_length={prompt} (the response gets sequence_length - prompt_length)")
-    return value - prompt
-
-
-def _val_lengths(value: Any, ctx: Context) -> dict[str, Any]:
-    prompt = ctx.effective("prompt_length", "data.max_prompt_length")
-    if ctx.has("sequence_length"):
-        sequence = ctx.get("sequence_length")
-    else:
-        sequence = prompt + ctx.effective("response_length", "data.max_response_length")
-    train = prompt if ctx.key == "val_prompt_length" else sequence
-    if value is None or value == train:
-        return {}
-    raise Refusal(f"hybrid validates with the training lengths ({train} here); it has no separate key")
-
-
-def _logger(value: Any, ctx: Context) -> list[str]:
-    names = {"tensorboard": "tensorboard", "wandb": "wandb", "stdout": "console"}
-    if value not in names:
-        raise Refusal("supported: tensorboard, wandb, stdout")
-    # `file` (metrics.jsonl) is hybrid's run record; it never replaces what ROLL tracks.
-    return [names[value], "file"]
-
-
-def _value_clip(value: Any, ctx: Context) -> dict[str, Any]:
-    if value is not None:
-        return {"critic.cliprange_value": value}
-    if ctx.get("adv_estimator") == "gae":
-        raise Refusal("hybrid always clips the value loss (critic.cliprange_value); give a value")
-    return {}
-
-
-def _dual_clip(value: Any, ctx: Context) -> dict[str, Any]:
-    # hybrid's vanilla loss is always dual-clip with bound clip_ratio_c (3, as ROLL's).
-    return {f"{ACTOR}.clip_ratio_c": 3.0 if value else NO_DUAL_CLIP}
-
-
-def _kl_penalty(value: Any, ctx: Context) -> str:
-    kinds = {"kl": "kl", "abs": "abs", "mse": "mse", "k3": "low_var_kl", "full": "full"}
-    if value not in kinds:
-        raise Refusal("supported: kl, abs, mse, k3, full")
-    return kinds[value]
-
-
-def _is_weight(value: Any, ctx: Context) -> dict[str, Any]:
-    base = "train_infer_correction.is_weight"
-    if ctx.get(f"{base}.enabled", False) is not True:
-        return {f"{ACTOR}.tis_imp_ratio_cap": -1.0} if ctx.key == f"{base}.enabled" else {}
-    kind = ctx.get(f"{base}.weight_type", "token")
-    if kind != "token":
-        raise Refusal(f"{base}.weight_type={kind}: hybrid has token-level truncated importance sampling only", shared=True)
-    cap = ctx.get(f"{base}.upper_bound", 1.2)
-    if cap is None:
-        raise Refusal(f"{base}.upper_bound=null: hybrid's importance weights are always capped", shared=True)
-    return {f"{ACTOR}.tis_imp_ratio_cap": float(cap)}
-
-
-def _recompute(value: Any, ctx: Context) -> dict[str, Any]:
-    if ctx.get("force_disable_old_logprobs_recompute", False) is True:
-        return {f"{ACTOR}.skip_old_log_prob_on_policy": True}
-    return {f"{ACTOR}.skip_old_log_prob_on_policy": not value}
-
-
-def _val_greedy(value: Any, ctx: Context) -> dict[str, Any]:
-    if value:
-        return {f"{ROLLOUT}.val_kwargs.do_sample": False, f"{ROLLOUT}.val_kwargs.temperature": 0}
-    return {f"{ROLLOUT}.val_kwargs.do_sample": True}
-
-
-# ---------------------------------------------------------------- workers
-
-
-def _dtype_train(prefix: str):
-    def convert(value: Any, ctx: Context) -> dict[str, Any]:
-        names = {"bf16": "bf16", "fp32": "fp32"}
-        if value not in names:
-            raise Refusal("supported: bf16, fp32 (hybrid trains fp16 nowhere)")
-        return {f"{prefix}.mixed_precision": names[value]}
-
-    return convert
-
-
-def _strategy_config(role: str):
-    refused_strategies = ("megatron_train", "megatron_infer", "deepspeed_train", "deepspeed_infer", "diffusion_deepspeed_train")
-
-    def convert(value: Any, ctx: Context) -> dict[str, Any]:
-        if ctx.get(f"{role}.strategy_args.strategy_name") in refused_strategies:
-            return {}  # the strategy itself is refused, with its reason
-        raise Refusal(f"hybrid's FSDP settings are {ACTOR}.fsdp_config.* in verl keys; no ROLL strategy_config key maps to them")
-
-    return convert
-
-
-# vLLM arguments ROLL passes through strategy_config that hybrid has its own key for.
-_ENGINE_KEYS = {
-    "gpu_memory_utilization": f"{ROLLOUT}.gpu_memory_utilization",
-    "max_model_len": f"{ROLLOUT}.max_model_len",
-    "tensor_parallel_size": f"{ROLLOUT}.tensor_model_parallel_size",
-    "load_format": f"{ROLLOUT}.load_format",
-    "enforce_eager": f"{ROLLOUT}.enforce_eager",
-    "max_num_batched_tokens": f"{ROLLOUT}.max_num_batched_tokens",
-    "max_num_seqs": f"{ROLLOUT}.max_num_seqs",
-    "enable_chunked_prefill": f"{ROLLOUT}.enable_chunked_prefill",
-}
-
-
-def _engine_config(value: Any, ctx: Context) -> dict[str, Any]:
-    name = ctx.key[len("actor_infer.strategy_args.strategy_config."):]
-    if ctx.get("actor_infer.strategy_args.strategy_name", "vllm") != "vllm":
-        return {}
-    if name in ("pipeline_parallel_size",) and value != 1:
-        raise Refusal("hybrid's engine shards by tensor parallelism only")
-    if name in _ENGINE_KEYS:
-        return {_ENGINE_KEYS[name]: value}
-    return {f"{ROLLOUT}.engine_kwargs.vllm.{name}": value}
-
-
-def _num_gpus_per_worker(value: Any, ctx: Context) -> dict[str, Any]:
-    tp = ctx.get("actor_infer.strategy_args.strategy_config.tensor_parallel_size", None)
-    tp = tp if tp is not None else hybrid_default(f"{ROLLOUT}.tensor_model_parallel_size")
-    if value != tp:
-        raise Refusal(f"an engine uses tensor_parallel_size={tp} devices in hybrid")
-    return {}
-
-
-DEFAULT_WORKERS = {
-    "actor_train": ("roll.pipeline.rlvr.actor_worker.ActorWorker", "roll.pipeline.rlvr.actor_pg_worker.ActorPGWorker"),
-    "actor_infer": ("roll.pipeline.base_worker.InferWorker",),
-    "reference": ("roll.pipeline.rlvr.actor_worker.ActorWorker",),
-    "critic": ("roll.pipeline.base_worker.CriticWorker",),
-}
-RULE_REWARD_WORKERS = ("MathRuleRewardWorker",)
-REWARD_WORKER_REFUSALS = {
-    "CodeSandboxRewardWorker": "runs code in a sandbox: hybrid has none; write a custom_reward_function",
-    "LLMJudgeRewardWorker": "asks an LLM judge: use reward_model.* or a custom_reward_function",
-    "GeneralRuleRewardWorker": "no hybrid scorer for this rule; write a custom_reward_function",
-    "IfEvalRuleRewardWorker": "instruction-following checks: no hybrid scorer; write a custom_reward_function",
-    "CrossThinkQARuleRewardWorker": "no hybrid scorer for this rule; write a custom_reward_function",
-}
-
-
-def _reward_worker(value: Any, ctx: Context) -> dict[str, Any]:
-    name = str(value).rsplit(".", 1)[-1]
-    if name in RULE_REWARD_WORKERS:
-        return {}
-    raise Refusal(REWARD_WORKER_REFUSALS.get(name, (
-        "hybrid's rule scorers are gsm8k, math and arithmetic, picked by each row's data_source "
-        "(reward/scorers); write a custom_reward_function for others"
-    )))
-
-
-def _training_rules(role: str) -> list[Rule]:
-    """The keys of a trained role (actor_train, critic): batches, optimizer, packing."""
-    prefix = ACTOR if role == "actor_train" else "critic"
-    micro = f"{ACTOR}.ppo_micro_batch_size_per_gpu" if role == "actor_train" else "critic.ppo_micro_batch_size_per_gpu"
-    mini = f"{ACTOR}.ppo_mini_batch_size" if role == "actor_train" else "critic.ppo_mini_batch_size"
-    optim = f"{prefix}.optim"
-    return [
-        custom(f"{role}.training_args.per_device_train_batch_size", (micro, mini), _batches(role, mini, micro),
-               "micro = value; mini = value x gradient_accumulation_steps x devices / num_return_sequences_in_group",
-               "samples per device per micro batch; the mini batch is counted in prompts"),
-        custom(f"{role}.training_args.gradient_accumulation_steps", (mini,), _batches(role, mini, micro),
-               "mini = per_device_train_batch_size x value x devices / num_return_sequences_in_group"),
-        same(f"{role}.training_args.learning_rate", f"{optim}.lr"),
-        same(f"{role}.training_args.weight_decay", f"{optim}.weight_decay"),
-        custom(f"{role}.training_args.warmup_steps", (f"{optim}.lr_warmup_steps",), _warmup(role, f"{optim}.lr_warmup_steps"),
-               "optimizer steps / optimizer steps per training step", "hybrid steps the learning-rate schedule once per training step"),
-        same(
-            f"{role}.training_args.warmup_ratio",
-            f"{optim}.lr_warmup_steps_ratio",
-            note="a share of the whole run in both",
-        ),
-        choice(f"{role}.training_args.lr_scheduler_type", f"{optim}.warmup_style",
-               {"constant": "constant", "constant_with_warmup": "constant", "linear": "linear", "cosine": "cosine"}),
-        custom(
-            f"{role}.training_args.adam_beta1",
-            (f"{optim}.betas",),
-            _betas(role, f"{optim}.betas"),
-            "[adam_beta1, adam_beta2]",
-        ),
-        custom(
-            f"{role}.training_args.adam_beta2",
-            (f"{optim}.betas",),
-            _betas(role, f"{optim}.betas"),
-            "[adam_beta1, adam_beta2]",
-        ),
-        same(f"{role}.training_args.max_grad_norm", f"{prefix}.grad_clip"),
-        ignore(
-            f"{role}.training_args.num_train_epochs",
-            "ROLL's runs are bounded by max_steps; the trainer's epoch count is bookkeeping",
-        ),
-        ignore(f"{role}.training_args.max_steps", "set by ROLL from the pipeline's max_steps"),
-        ignore(f"{role}.training_args.seed", "ROLL replaces it with the pipeline's seed"),
-        ignore(f"{role}.training_args.output_dir", "ROLL replaces it with the pipeline's output_dir"),
-        same(f"{role}.use_dynamic_batching_in_train", f"{prefix}.use_dynamic_bsz"),
-        same(f"{role}.max_tokens_per_microbatch_in_train", f"{prefix}.ppo_max_token_len_per_gpu"),
-        ignore(f"{role}.sequence_length_round_in_train", "hybrid packs tokens without rounding"),
-        same(
-            f"{role}.use_sequence_packing",
-            f"{ARR}.model.use_remove_padding" if role == "actor_train" else "critic.model.use_remove_padding",
-        ),
-        ignore(f"{role}.sequence_packing_args.*", "hybrid packs each micro batch's valid tokens itself"),
-        custom(f"{role}.strategy_args.strategy_config.*", (), _strategy_config(role), "refused"),
-    ]
-
-
-def _worker_rules(role: str) -> list[Rule]:
-    """The keys every ROLL worker section has."""
-    infer_batch = {
-        "actor_train": (f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu",),
-        "reference": (f"{REF}.log_prob_micro_batch_size_per_gpu",),
-        "critic": ("critic.forward_micro_batch_size_per_gpu",),
-    }
-    rules = [
-        custom(f"{role}.device_mapping", ("trainer.nnodes", "trainer.n_gpus_per_node"), _device_mapping,
-               "len -> devices; nodes from num_gpus_per_node" + ("" if role == "actor_train" else "; must equal actor_train's"),
-               "device ids are not pinned: hybrid uses that many devices (choose them with CUDA_VISIBLE_DEVICES)" if role == "actor_train" else ""),
-        refuse(
-            f"{role}.worker_cls",
-            f"a custom {role} worker class has no counterpart in hybrid",
-            accept=DEFAULT_WORKERS[role] + (None,),
-        ),
-        ignore(f"{role}.model_args.flash_attn", "hybrid picks the attention kernel itself"),
-        ignore(f"{role}.model_args.attn_implementation", "hybrid picks the attention kernel itself"),
-        refuse(
-            f"{role}.model_args.model_type",
-            "hybrid loads causal language models (and a value head for the critic) by itself",
-            accept=(None,),
-        ),
-        refuse(
-            f"{role}.model_args.ulysses_size",
-            "not yet; see the issue on Ulysses sequence parallelism",
-            accept=(None, 1),
-        ),
-        ignore(f"{role}.model_args.disable_gradient_checkpointing", "no training in this role") if role in ("actor_infer", "reference") else
-        via(f"{role}.model_args.disable_gradient_checkpointing",
-            f"{ARR}.model.enable_gradient_checkpointing" if role == "actor_train" else "critic.model.enable_gradient_checkpointing",
-            lambda v, c: not v, "negated"),
-        refuse(
-            f"{role}.system_envs.*",
-            "hybrid sets no environment variables from its config; export them in the shell",
-            accept=lambda v: not v,
-            accepts="{}",
-        ),
-        ignore(f"{role}.offload_nccl", "hybrid's weight sync uses no NCCL buffers it could offload"),
-        refuse(f"{role}.logits_in_fp32", "hybrid computes log-probs from fp32 logits", accept=(True,)),
-        refuse(f"{role}.apply_loss_scale", "hybrid always scales the loss to the global batch", accept=(True,)),
-        ignore(f"{role}.backend_timeout", "hybrid uses torch.distributed's default timeout"),
-        ignore(f"{role}.max_concurrency", "no Ray actor concurrency setting in hybrid"),
-        ignore(f"{role}.model_update_frequency", "hybrid syncs the weights into the engine before every generation"),
-        ignore(f"{role}.name", "set by ROLL itself"),
-    ]
-    if role in infer_batch:
-        rules.append(same(f"{role}.infer_batch_size", *infer_batch[role], note="samples per device per forward pass"))
-    else:
-        rules.append(ignore(f"{role}.infer_batch_size", "vLLM batches its requests itself"))
-    if role == "actor_infer":
-        rules.append(custom("actor_infer.num_gpus_per_worker", (), _num_gpus_per_worker, "must equal tensor_parallel_size"))
-    else:
-        rules.append(refuse(f"{role}.num_gpus_per_worker", "one device per training worker", accept=(1,)))
-    if role in ("actor_train", "critic"):
-        rules += _training_rules(role)
-    forward = {
-        "actor_train": (f"{ROLLOUT}.log_prob_use_dynamic_bsz", f"{ROLLOUT}.log_prob_max_token_len_per_gpu"),
-        "reference": (f"{REF}.log_prob_use_dynamic_bsz", f"{REF}.log_prob_max_token_len_per_gpu"),
-        "critic": ("critic.use_dynamic_bsz", "critic.forward_max_token_len_per_gpu"),
-    }
-    if role in forward:
-        dynamic, max_tokens = forward[role]
-        rules += [
-            same(f"{role}.use_dynamic_batching_in_infer", dynamic),
-            same(f"{role}.max_tokens_per_microbatch_in_infer", max_tokens),
-            ignore(f"{role}.sequence_length_round_in_infer", "hybrid packs tokens without rounding"),
-        ]
-    return rules
-
-
-def _model_path(value: Any, ctx: Context) -> dict[str, Any]:
-    return {} if value is None else {f"{ARR}.model.path": value}
-
-
-def _ref_model_path(value: Any, ctx: Context) -> dict[str, Any]:
-    if value is None:
-        return {}
-    policy = ctx.get("actor_train.model_args.model_name_or_path", None) or ctx.get("pretrain", None)
-    if value != policy:
-        raise Refusal("hybrid's reference model is the initial policy (pretrain); a different one has no key")
-    return {}
-
-
-def _template(value: Any, ctx: Context) -> dict[str, Any]:
-    if value in ("native", None):
-        return {}
-    raise Refusal(f"{NATIVE_TEMPLATE}; set template: native")
-
-
-def _lists(value: Any, ctx: Context) -> list[str]:
-    return [value] if isinstance(value, str) else list(value)
-
-
-def _interleave(value: Any, ctx: Context) -> dict[str, Any]:
-    if value is None or (isinstance(value, dict) and len(value) <= 1) or (isinstance(value, str) and "," not in value):
-        return {}
-    raise Refusal("hybrid reads all training files as one data set; no per-domain mixing probabilities")
 
 
 RULES: tuple[Rule, ...] = (

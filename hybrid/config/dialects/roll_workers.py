@@ -1,0 +1,219 @@
+"""The rules every ROLL worker section has (actor_train, actor_infer, reference, critic:
+device_mapping, worker_cls, model_args, strategy_args, training_args and the batching keys),
+with the converters they call, as rules of the ROLL dialect (roll.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hybrid.config.dialects.roll_convert import ACTOR, ARR, REF, ROLLOUT, _batches, _betas, _device_mapping, _warmup
+from hybrid.config.dialects.table import Context, Refusal, Rule, choice, custom, hybrid_default, ignore, refuse, same, via
+
+
+def _dtype_train(prefix: str):
+    def convert(value: Any, ctx: Context) -> dict[str, Any]:
+        names = {"bf16": "bf16", "fp32": "fp32"}
+        if value not in names:
+            raise Refusal("supported: bf16, fp32 (hybrid trains fp16 nowhere)")
+        return {f"{prefix}.mixed_precision": names[value]}
+
+    return convert
+
+
+def _strategy_config(role: str):
+    refused_strategies = ("megatron_train", "megatron_infer", "deepspeed_train", "deepspeed_infer", "diffusion_deepspeed_train")
+
+    def convert(value: Any, ctx: Context) -> dict[str, Any]:
+        if ctx.get(f"{role}.strategy_args.strategy_name") in refused_strategies:
+            return {}  # the strategy itself is refused, with its reason
+        raise Refusal(f"hybrid's FSDP settings are {ACTOR}.fsdp_config.* in verl keys; no ROLL strategy_config key maps to them")
+
+    return convert
+
+
+# vLLM arguments ROLL passes through strategy_config that hybrid has its own key for.
+_ENGINE_KEYS = {
+    "gpu_memory_utilization": f"{ROLLOUT}.gpu_memory_utilization",
+    "max_model_len": f"{ROLLOUT}.max_model_len",
+    "tensor_parallel_size": f"{ROLLOUT}.tensor_model_parallel_size",
+    "load_format": f"{ROLLOUT}.load_format",
+    "enforce_eager": f"{ROLLOUT}.enforce_eager",
+    "max_num_batched_tokens": f"{ROLLOUT}.max_num_batched_tokens",
+    "max_num_seqs": f"{ROLLOUT}.max_num_seqs",
+    "enable_chunked_prefill": f"{ROLLOUT}.enable_chunked_prefill",
+}
+
+
+def _engine_config(value: Any, ctx: Context) -> dict[str, Any]:
+    name = ctx.key[len("actor_infer.strategy_args.strategy_config."):]
+    if ctx.get("actor_infer.strategy_args.strategy_name", "vllm") != "vllm":
+        return {}
+    if name in ("pipeline_parallel_size",) and value != 1:
+        raise Refusal("hybrid's engine shards by tensor parallelism only")
+    if name in _ENGINE_KEYS:
+        return {_ENGINE_KEYS[name]: value}
+    return {f"{ROLLOUT}.engine_kwargs.vllm.{name}": value}
+
+
+def _num_gpus_per_worker(value: Any, ctx: Context) -> dict[str, Any]:
+    tp = ctx.get("actor_infer.strategy_args.strategy_config.tensor_parallel_size", None)
+    tp = tp if tp is not None else hybrid_default(f"{ROLLOUT}.tensor_model_parallel_size")
+    if value != tp:
+        raise Refusal(f"an engine uses tensor_parallel_size={tp} devices in hybrid")
+    return {}
+
+
+DEFAULT_WORKERS = {
+    "actor_train": ("roll.pipeline.rlvr.actor_worker.ActorWorker", "roll.pipeline.rlvr.actor_pg_worker.ActorPGWorker"),
+    "actor_infer": ("roll.pipeline.base_worker.InferWorker",),
+    "reference": ("roll.pipeline.rlvr.actor_worker.ActorWorker",),
+    "critic": ("roll.pipeline.base_worker.CriticWorker",),
+}
+RULE_REWARD_WORKERS = ("MathRuleRewardWorker",)
+REWARD_WORKER_REFUSALS = {
+    "CodeSandboxRewardWorker": "runs code in a sandbox: hybrid has none; write a custom_reward_function",
+    "LLMJudgeRewardWorker": "asks an LLM judge: use reward_model.* or a custom_reward_function",
+    "GeneralRuleRewardWorker": "no hybrid scorer for this rule; write a custom_reward_function",
+    "IfEvalRuleRewardWorker": "instruction-following checks: no hybrid scorer; write a custom_reward_function",
+    "CrossThinkQARuleRewardWorker": "no hybrid scorer for this rule; write a custom_reward_function",
+}
+
+
+def _reward_worker(value: Any, ctx: Context) -> dict[str, Any]:
+    name = str(value).rsplit(".", 1)[-1]
+    if name in RULE_REWARD_WORKERS:
+        return {}
+    raise Refusal(REWARD_WORKER_REFUSALS.get(name, (
+        "hybrid's rule scorers are gsm8k, math and arithmetic, picked by each row's data_source "
+        "(reward/scorers); write a custom_reward_function for others"
+    )))
+
+
+def _training_rules(role: str) -> list[Rule]:
+    """The keys of a trained role (actor_train, critic): batches, optimizer, packing."""
+    prefix = ACTOR if role == "actor_train" else "critic"
+    micro = f"{ACTOR}.ppo_micro_batch_size_per_gpu" if role == "actor_train" else "critic.ppo_micro_batch_size_per_gpu"
+    mini = f"{ACTOR}.ppo_mini_batch_size" if role == "actor_train" else "critic.ppo_mini_batch_size"
+    optim = f"{prefix}.optim"
+    return [
+        custom(f"{role}.training_args.per_device_train_batch_size", (micro, mini), _batches(role, mini, micro),
+               "micro = value; mini = value x gradient_accumulation_steps x devices / num_return_sequences_in_group",
+               "samples per device per micro batch; the mini batch is counted in prompts"),
+        custom(f"{role}.training_args.gradient_accumulation_steps", (mini,), _batches(role, mini, micro),
+               "mini = per_device_train_batch_size x value x devices / num_return_sequences_in_group"),
+        same(f"{role}.training_args.learning_rate", f"{optim}.lr"),
+        same(f"{role}.training_args.weight_decay", f"{optim}.weight_decay"),
+        custom(f"{role}.training_args.warmup_steps", (f"{optim}.lr_warmup_steps",), _warmup(role, f"{optim}.lr_warmup_steps"),
+               "optimizer steps / optimizer steps per training step", "hybrid steps the learning-rate schedule once per training step"),
+        same(
+            f"{role}.training_args.warmup_ratio",
+            f"{optim}.lr_warmup_steps_ratio",
+            note="a share of the whole run in both",
+        ),
+        choice(f"{role}.training_args.lr_scheduler_type", f"{optim}.warmup_style",
+               {"constant": "constant", "constant_with_warmup": "constant", "linear": "linear", "cosine": "cosine"}),
+        custom(
+            f"{role}.training_args.adam_beta1",
+            (f"{optim}.betas",),
+            _betas(role, f"{optim}.betas"),
+            "[adam_beta1, adam_beta2]",
+        ),
+        custom(
+            f"{role}.training_args.adam_beta2",
+            (f"{optim}.betas",),
+            _betas(role, f"{optim}.betas"),
+            "[adam_beta1, adam_beta2]",
+        ),
+        same(f"{role}.training_args.max_grad_norm", f"{prefix}.grad_clip"),
+        ignore(
+            f"{role}.training_args.num_train_epochs",
+            "ROLL's runs are bounded by max_steps; the trainer's epoch count is bookkeeping",
+        ),
+        ignore(f"{role}.training_args.max_steps", "set by ROLL from the pipeline's max_steps"),
+        ignore(f"{role}.training_args.seed", "ROLL replaces it with the pipeline's seed"),
+        ignore(f"{role}.training_args.output_dir", "ROLL replaces it with the pipeline's output_dir"),
+        same(f"{role}.use_dynamic_batching_in_train", f"{prefix}.use_dynamic_bsz"),
+        same(f"{role}.max_tokens_per_microbatch_in_train", f"{prefix}.ppo_max_token_len_per_gpu"),
+        ignore(f"{role}.sequence_length_round_in_train", "hybrid packs tokens without rounding"),
+        same(
+            f"{role}.use_sequence_packing",
+            f"{ARR}.model.use_remove_padding" if role == "actor_train" else "critic.model.use_remove_padding",
+        ),
+        ignore(f"{role}.sequence_packing_args.*", "hybrid packs each micro batch's valid tokens itself"),
+        custom(f"{role}.strategy_args.strategy_config.*", (), _strategy_config(role), "refused"),
+    ]
+
+
+def _worker_rules(role: str) -> list[Rule]:
+    """The keys every ROLL worker section has."""
+    infer_batch = {
+        "actor_train": (f"{ROLLOUT}.log_prob_micro_batch_size_per_gpu",),
+        "reference": (f"{REF}.log_prob_micro_batch_size_per_gpu",),
+        "critic": ("critic.forward_micro_batch_size_per_gpu",),
+    }
+    rules = [
+        custom(f"{role}.device_mapping", ("trainer.nnodes", "trainer.n_gpus_per_node"), _device_mapping,
+               "len -> devices; nodes from num_gpus_per_node" + ("" if role == "actor_train" else "; must equal actor_train's"),
+               "device ids are not pinned: hybrid uses that many devices (choose them with CUDA_VISIBLE_DEVICES)" if role == "actor_train" else ""),
+        refuse(
+            f"{role}.worker_cls",
+            f"a custom {role} worker class has no counterpart in hybrid",
+            accept=DEFAULT_WORKERS[role] + (None,),
+        ),
+        ignore(f"{role}.model_args.flash_attn", "hybrid picks the attention kernel itself"),
+        ignore(f"{role}.model_args.attn_implementation", "hybrid picks the attention kernel itself"),
+        refuse(
+            f"{role}.model_args.model_type",
+            "hybrid loads causal language models (and a value head for the critic) by itself",
+            accept=(None,),
+        ),
+        refuse(
+            f"{role}.model_args.ulysses_size",
+            "not yet; see the issue on Ulysses sequence parallelism",
+            accept=(None, 1),
+        ),
+        ignore(f"{role}.model_args.disable_gradient_checkpointing", "no training in this role") if role in ("actor_infer", "reference") else
+        via(f"{role}.model_args.disable_gradient_checkpointing",
+            f"{ARR}.model.enable_gradient_checkpointing" if role == "actor_train" else "critic.model.enable_gradient_checkpointing",
+            lambda v, c: not v, "negated"),
+        refuse(
+            f"{role}.system_envs.*",
+            "hybrid sets no environment variables from its config; export them in the shell",
+            accept=lambda v: not v,
+            accepts="{}",
+        ),
+        ignore(f"{role}.offload_nccl", "hybrid's weight sync uses no NCCL buffers it could offload"),
+        refuse(f"{role}.logits_in_fp32", "hybrid computes log-probs from fp32 logits", accept=(True,)),
+        refuse(f"{role}.apply_loss_scale", "hybrid always scales the loss to the global batch", accept=(True,)),
+        ignore(f"{role}.backend_timeout", "hybrid uses torch.distributed's default timeout"),
+        ignore(f"{role}.max_concurrency", "no Ray actor concurrency setting in hybrid"),
+        ignore(f"{role}.model_update_frequency", "hybrid syncs the weights into the engine before every generation"),
+        ignore(f"{role}.name", "set by ROLL itself"),
+    ]
+    if role in infer_batch:
+        rules.append(same(f"{role}.infer_batch_size", *infer_batch[role], note="samples per device per forward pass"))
+    else:
+        rules.append(ignore(f"{role}.infer_batch_size", "vLLM batches its requests itself"))
+    if role == "actor_infer":
+        rules.append(custom("actor_infer.num_gpus_per_worker", (), _num_gpus_per_worker, "must equal tensor_parallel_size"))
+    else:
+        rules.append(refuse(f"{role}.num_gpus_per_worker", "one device per training worker", accept=(1,)))
+    if role in ("actor_train", "critic"):
+        rules += _training_rules(role)
+    forward = {
+        "actor_train": (f"{ROLLOUT}.log_prob_use_dynamic_bsz", f"{ROLLOUT}.log_prob_max_token_len_per_gpu"),
+        "reference": (f"{REF}.log_prob_use_dynamic_bsz", f"{REF}.log_prob_max_token_len_per_gpu"),
+        "critic": ("critic.use_dynamic_bsz", "critic.forward_max_token_len_per_gpu"),
+    }
+    if role in forward:
+        dynamic, max_tokens = forward[role]
+        rules += [
+            same(f"{role}.use_dynamic_batching_in_infer", dynamic),
+            same(f"{role}.max_tokens_per_microbatch_in_infer", max_tokens),
+            ignore(f"{role}.sequence_length_round_in_infer", "hybrid packs tokens without rounding"),
+        ]
+    return rules
+
+
+__all__ = ["DEFAULT_WORKERS", "REWARD_WORKER_REFUSALS", "RULE_REWARD_WORKERS"]

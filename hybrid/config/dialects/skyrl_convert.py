@@ -1,0 +1,350 @@
+"""The converters of the SkyRL dialect (skyrl.py): the functions its rules call to turn a
+SkyRL value into verl keys (units, names and the checks of keys read together), and the
+reasons and key prefixes the rules share.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hybrid.config.dialects.table import NO_DUAL_CLIP, Context, Refusal, Rule, custom
+
+ARR = "actor_rollout_ref"
+ACTOR = f"{ARR}.actor"
+ROLLOUT = f"{ARR}.rollout"
+REF = f"{ARR}.ref"
+
+# Reasons repeated across several keys.
+COLOCATED = "hybrid always colocates training and generation on the same devices"
+SAME_DEVICES = "hybrid places every role (policy, reference, critic, engine) on the same devices as the policy"
+MEGATRON = "the Megatron backend: hybrid trains with FSDP2 only"
+DEEPSPEED = "the DeepSpeed backend: hybrid trains with FSDP2 only"
+ULYSSES = "not yet; see the issue on Ulysses sequence parallelism (hybrid shards only with FSDP)"
+IN_PROCESS = "hybrid's engine runs in-process in each training worker and receives the weights in memory"
+ASYNC = "hybrid is synchronous and on-policy: each step generates with the current weights, then trains"
+
+
+# ---------------------------------------------------------------- converters
+
+
+def _logger(value: Any, ctx: Context) -> list[str]:
+    names = [value] if isinstance(value, str) else list(value)
+    for name in names:
+        if name not in ("console", "wandb", "tensorboard", "mlflow"):
+            raise Refusal(f"logger {name!r} is not one of hybrid's (console, wandb, tensorboard, mlflow, file)")
+    # `file` (metrics.jsonl) is hybrid's run record; it never replaces what SkyRL logs.
+    return names + ([] if "file" in names else ["file"])
+
+
+def _lists(value: Any, ctx: Context) -> list[str]:
+    return [value] if isinstance(value, str) else list(value)
+
+
+def _optimizer_steps_per_training_step(ctx: Context) -> tuple[int, str]:
+    train = ctx.effective("trainer.train_batch_size", "data.train_batch_size")
+    mini = ctx.effective("trainer.policy_mini_batch_size", f"{ACTOR}.ppo_mini_batch_size")
+    epochs = ctx.effective("trainer.update_epochs_per_batch", f"{ACTOR}.ppo_epochs")
+    if not all(isinstance(v, int) and v > 0 for v in (train, mini, epochs)) or train % mini:
+        raise Refusal(
+            f"cannot count optimizer steps per training step from train_batch_size={train}, "
+            f"policy_mini_batch_size={mini}, update_epochs_per_batch={epochs}"
+        )
+    per = train // mini * epochs
+    return per, (
+        f"{per} optimizer steps (train_batch_size {train} / policy_mini_batch_size {mini} x "
+        f"update_epochs_per_batch {epochs})"
+    )
+
+
+def _warmup(value: Any, ctx: Context) -> int:
+    if not isinstance(value, int) or value < 0:
+        raise Refusal("must be an integer >= 0")
+    per, what = _optimizer_steps_per_training_step(ctx)
+    if value % per:
+        raise Refusal(
+            f"SkyRL counts warm-up in optimizer steps and hybrid steps its schedule once per training "
+            f"step, which here is {what}; use a multiple of {per}"
+        )
+    return value // per
+
+
+def _kl_kind(value: Any) -> str:
+    kinds = {"k1": "kl", "k2": "mse", "k3": "low_var_kl", "abs": "abs"}
+    if value not in kinds:
+        raise Refusal("supported: k1, k2, k3, abs")
+    return kinds[value]
+
+
+def _kl_estimator(value: Any, ctx: Context) -> dict[str, Any]:
+    kind = _kl_kind(value)
+    # SkyRL uses one estimator for the KL loss and the KL in the reward.
+    return {f"{ACTOR}.kl_loss_type": kind, "algorithm.kl_penalty": kind}
+
+
+def _legacy_kl_flag(kind: str):
+    def convert(value: Any, ctx: Context) -> dict[str, Any]:
+        if value is not True:
+            return {}
+        if ctx.has("trainer.algorithm.kl_estimator_type") and ctx.get("trainer.algorithm.kl_estimator_type") != kind:
+            raise Refusal("contradicts trainer.algorithm.kl_estimator_type; give only kl_estimator_type")
+        return _kl_estimator(kind, ctx)
+
+    return convert
+
+
+def _policy_loss(value: Any, ctx: Context) -> dict[str, Any]:
+    loss = f"{ACTOR}.policy_loss.loss_mode"
+    if value == "regular":
+        return {loss: "vanilla", f"{ACTOR}.clip_ratio_c": NO_DUAL_CLIP}
+    if value == "dual_clip":
+        return {loss: "vanilla", f"{ACTOR}.clip_ratio_c": ctx.get("trainer.algorithm.clip_ratio_c")}
+    if value == "cispo":
+        return {
+            loss: "cispo",
+            f"{ACTOR}.clip_ratio_low": ctx.get("trainer.algorithm.cispo.cispo_eps_clip_low"),
+            f"{ACTOR}.clip_ratio_high": ctx.get("trainer.algorithm.cispo.cispo_eps_clip_high"),
+        }
+    if value in ("gspo", "clip_cov", "kl_cov", "sapo"):
+        return {loss: value}
+    raise Refusal(
+        "supported: regular, dual_clip, gspo, clip_cov, kl_cov, cispo, sapo (a loss from SkyRL's "
+        "PolicyLossRegistry can be registered in hybrid through actor_rollout_ref.model.external_lib)"
+    )
+
+
+def _policy_loss_is(ctx: Context, *names: str) -> bool:
+    return ctx.has("trainer.algorithm.policy_loss_type") and ctx.get("trainer.algorithm.policy_loss_type") in names
+
+
+def _eps_clip(verl_key: str):
+    def convert(value: Any, ctx: Context) -> dict[str, Any]:
+        # SkyRL's cispo reads its own bounds (trainer.algorithm.cispo.*), not these.
+        return {} if _policy_loss_is(ctx, "cispo") else {verl_key: value}
+
+    return convert
+
+
+def _cispo_bound(verl_key: str):
+    def convert(value: Any, ctx: Context) -> dict[str, Any]:
+        return {verl_key: value} if _policy_loss_is(ctx, "cispo") else {}
+
+    return convert
+
+
+def _clip_ratio_c(value: Any, ctx: Context) -> dict[str, Any]:
+    # With policy_loss_type=regular SkyRL never reads it (the loss rule writes the bound).
+    return {} if _policy_loss_is(ctx, "regular", "cispo", "gspo", "clip_cov", "kl_cov", "sapo") else {
+        f"{ACTOR}.clip_ratio_c": value
+    }
+
+
+def _entropy(value: Any, ctx: Context) -> dict[str, Any]:
+    use = ctx.get("trainer.algorithm.use_entropy_loss", False)
+    if ctx.key == "trainer.algorithm.entropy_loss_coef" and use is not True:
+        return {}  # SkyRL reads the coefficient only with use_entropy_loss=true
+    return {f"{ACTOR}.entropy_coeff": ctx.get("trainer.algorithm.entropy_loss_coef") if use is True else 0.0}
+
+
+def _temperature(value: Any, ctx: Context) -> dict[str, Any]:
+    sampling = ctx.effective("generator.sampling_params.temperature", f"{ROLLOUT}.temperature")
+    if value is None or value == sampling:
+        return {}
+    raise Refusal(
+        f"hybrid scales the policy's logits by the sampling temperature ({sampling}, "
+        f"generator.sampling_params.temperature); a different one has no key"
+    )
+
+
+def _use_tis(value: Any, ctx: Context) -> dict[str, Any]:
+    if value is not True:
+        return {f"{ACTOR}.tis_imp_ratio_cap": -1.0}
+    cap = ctx.get("trainer.algorithm.tis_imp_ratio_cap")
+    if not isinstance(cap, (int, float)) or cap <= 0:
+        raise Refusal("use_tis=true needs trainer.algorithm.tis_imp_ratio_cap > 0")
+    return {f"{ACTOR}.tis_imp_ratio_cap": float(cap)}
+
+
+def _tis_cap(value: Any, ctx: Context) -> dict[str, Any]:
+    # SkyRL reads the cap only with use_tis=true (the deprecated spelling of token TIS).
+    return _use_tis(True, ctx) if ctx.get("trainer.algorithm.use_tis", False) is True else {}
+
+
+def _tis_ratio_type(value: Any, ctx: Context) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if value == "token":
+        return {f"{ACTOR}.tis_imp_ratio_cap": float(ctx.get("trainer.algorithm.off_policy_correction.token_tis_ratio_clip_high"))}
+    raise Refusal("only token-level truncated importance sampling exists in hybrid (actor_rollout_ref.actor.tis_imp_ratio_cap)")
+
+
+def _token_tis_clip(value: Any, ctx: Context) -> dict[str, Any]:
+    if ctx.get("trainer.algorithm.off_policy_correction.tis_ratio_type", None) == "token":
+        return {f"{ACTOR}.tis_imp_ratio_cap": float(value)}
+    return {}
+
+
+def _dynamic_sampling(value: Any, ctx: Context) -> dict[str, Any]:
+    if value is None:
+        return {"algorithm.filter_groups.enable": False}
+    if value == "filter":
+        batches = ctx.get("trainer.algorithm.dynamic_sampling.max_sample_batches")
+        return {
+            "algorithm.filter_groups.enable": True,
+            # SkyRL keeps the groups whose rewards vary: the sum of the token-level scores.
+            "algorithm.filter_groups.metric": "seq_reward",
+            "algorithm.filter_groups.max_num_gen_batches": 0 if batches < 0 else batches,
+        }
+    raise Refusal("only type=filter exists in hybrid (algorithm.filter_groups); replace has no equivalent")
+
+
+def _max_sample_batches(value: Any, ctx: Context) -> dict[str, Any]:
+    if ctx.get("trainer.algorithm.dynamic_sampling.type", None) != "filter":
+        return {}
+    return {"algorithm.filter_groups.max_num_gen_batches": 0 if value < 0 else value}
+
+
+def _resume_mode(value: Any, ctx: Context) -> str:
+    modes = {None: "disable", "none": "disable", "latest": "auto", "from_path": "resume_path"}
+    if value not in modes:
+        raise Refusal("supported: none, latest, from_path")
+    return modes[value]
+
+
+def _max_ckpts(value: Any, ctx: Context) -> dict[str, Any]:
+    if value == 0:
+        raise Refusal("0 keeps nothing; use -1 (keep all) or N > 0")
+    keep = None if value < 0 else value
+    return {"trainer.max_actor_ckpt_to_keep": keep, "trainer.max_critic_ckpt_to_keep": keep}
+
+
+def _hf_save_interval(value: Any, ctx: Context) -> dict[str, Any]:
+    if value is None or value <= 0:
+        return {}
+    ckpt = ctx.effective("trainer.ckpt_interval", "trainer.save_freq")
+    if value != ckpt:
+        raise Refusal(
+            f"hybrid writes Hugging Face folders with its checkpoints (save_contents hf_model), every "
+            f"trainer.ckpt_interval={ckpt} steps; give both the same interval"
+        )
+    return {f"{ACTOR}.checkpoint.save_contents": ["model", "optimizer", "extra", "hf_model"]}
+
+
+def _epochs(value: Any, ctx: Context) -> dict[str, Any]:
+    # hybrid's default job stops after trainer.total_training_steps; SkyRL runs whole epochs.
+    return {"trainer.total_epochs": value, "trainer.total_training_steps": None}
+
+
+def _same_as_policy(policy_key: str, verl_key: str):
+    def check(value: Any, ctx: Context) -> dict[str, Any]:
+        policy = ctx.effective(policy_key, verl_key)
+        if value != policy:
+            raise Refusal(f"{SAME_DEVICES} ({policy_key}={policy})")
+        return {}
+
+    return check
+
+
+def _ref_path(value: Any, ctx: Context) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if ctx.has("trainer.policy.model.path") and ctx.get("trainer.policy.model.path") == value:
+        return {}
+    raise Refusal(
+        "hybrid's reference model is the initial policy (trainer.policy.model.path); a different "
+        "reference model has no key"
+    )
+
+
+def _num_engines(value: Any, ctx: Context) -> dict[str, Any]:
+    nodes = ctx.effective("trainer.placement.policy_num_nodes", "trainer.nnodes")
+    gpus = ctx.effective("trainer.placement.policy_num_gpus_per_node", "trainer.n_gpus_per_node")
+    tp = ctx.effective("generator.inference_engine.tensor_parallel_size", f"{ROLLOUT}.tensor_model_parallel_size")
+    if value * tp != nodes * gpus:
+        raise Refusal(
+            f"hybrid runs one engine per tensor-parallel group of the policy's {nodes * gpus} devices "
+            f"({nodes * gpus // tp} engines of tensor_parallel_size {tp})"
+        )
+    return {}
+
+
+def _bucket_mb(value: Any, ctx: Context) -> int:
+    return max(1, int(round(float(value) * 1024)))
+
+
+def free_form(key: str, verl_prefix: str) -> Rule:
+    """`<dict>.*` -> the same names below a verl dict that is passed through as keyword
+    arguments (model config fields, vLLM engine arguments, chat-template arguments)."""
+    start = len(key) - 1  # the dialect key without its `*`
+
+    def convert(value: Any, ctx: Context) -> dict[str, Any]:
+        return {f"{verl_prefix}.{ctx.key[start:]}": value}
+
+    return custom(key, (f"{verl_prefix}.<key>",), convert, "same name and value")
+
+
+def _additional_sampling(value: Any, ctx: Context) -> dict[str, Any]:
+    name = ctx.key.rsplit(".", 1)[-1]
+    known = ("presence_penalty", "frequency_penalty", "stop_token_ids", "repetition_penalty", "min_p", "ignore_eos")
+    if name not in known:
+        raise Refusal(f"hybrid passes only these further SamplingParams to vLLM: {', '.join(known)}")
+    return {f"{ROLLOUT}.{name}": value}
+
+
+def _eval_equal(train_key: str, verl_key: str, what: str):
+    def check(value: Any, ctx: Context) -> dict[str, Any]:
+        train = ctx.effective(train_key, verl_key) if verl_key else ctx.get(train_key)
+        if value != train:
+            raise Refusal(f"hybrid validates with the training {what} ({train_key}={train}); it has no separate key")
+        return {}
+
+    return check
+
+
+def _eval_temperature(value: Any, ctx: Context) -> dict[str, Any]:
+    return {f"{ROLLOUT}.val_kwargs.temperature": value, f"{ROLLOUT}.val_kwargs.do_sample": value > 0}
+
+
+def _logprobs(value: Any, ctx: Context) -> bool:
+    # SkyRL keeps the sampled token's log-prob for off-policy correction, as hybrid does.
+    return value is not None
+
+
+def _lora_init(value: Any, ctx: Context) -> dict[str, Any]:
+    if value == "kaiming":
+        return {}  # PEFT's default init_lora_weights=True: Kaiming-uniform A, zero B
+    raise Refusal("hybrid initialises LoRA with PEFT's default (kaiming); no key for another")
+
+
+def _fsdp_mixed_precision(prefix: str):
+    def convert(value: Any, ctx: Context) -> dict[str, Any]:
+        leaf = ctx.key.rsplit(".", 1)[-1]
+        if leaf == "param_dtype":
+            names = {"bf16": "bf16", "bfloat16": "bf16", "fp32": "fp32", "float32": "fp32"}
+            if value not in names:
+                raise Refusal("supported: bf16, fp32")
+            return {f"{prefix}.mixed_precision": names[value]}
+        if value in ("fp32", "float32"):
+            return {}  # hybrid reduces gradients and keeps buffers in fp32
+        raise Refusal("hybrid reduces gradients and keeps buffers in fp32")
+
+    return convert
+
+
+def _remote_urls(value: Any, ctx: Context) -> dict[str, Any]:
+    if not value or ctx.get("generator.inference_engine.run_engines_locally", True) is True:
+        return {}
+    raise Refusal(f"remote engines: {IN_PROCESS}")
+
+
+def _normalize_values(value: Any, ctx: Context) -> dict[str, Any]:
+    # SkyRL normalises the critic's values; without a critic (grpo, rloo, ...) it is unread.
+    if value is not True or ctx.effective("trainer.algorithm.advantage_estimator", "algorithm.adv_estimator") != "gae":
+        return {}
+    raise Refusal("no key to normalise the critic's values")
+
+
+def _critic_path(value: Any, ctx: Context) -> dict[str, Any]:
+    return {} if value is None else {"critic.model.path": value}
+
+
+__all__ = ["ACTOR", "ARR", "REF", "ROLLOUT", "free_form"]
