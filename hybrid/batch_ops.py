@@ -47,7 +47,8 @@ def balance_batch(batch: DataProto, world_size: int, keep_groups: bool = False) 
     are balanced one by one (still exact, less sharing).
     """
     seq_lens = batch.batch["attention_mask"].sum(-1).tolist()
-    groups = _uid_groups(batch) if keep_groups and world_size > 1 else None
+    uids = batch.non_tensor_batch.get("uid")
+    groups = list(rows_by_uid(uids).values()) if keep_groups and world_size > 1 and uids is not None else None
     if groups and len(groups) % world_size == 0 and len({len(g) for g in groups}) == 1:
         prompt_width = batch.batch["input_ids"].shape[1] - batch.batch["responses"].shape[1]
         prompt_lens = batch.batch["attention_mask"][:, :prompt_width].sum(-1).tolist()
@@ -61,14 +62,12 @@ def balance_batch(batch: DataProto, world_size: int, keep_groups: bool = False) 
     return {"perf/balance_max_min_ratio": max(loads) / max(min(loads), 1)} if world_size > 1 else {}
 
 
-def _uid_groups(batch: DataProto) -> list[list[int]] | None:
-    uids = batch.non_tensor_batch.get("uid")
-    if uids is None:
-        return None
+def rows_by_uid(uids: np.ndarray) -> dict[str, list[int]]:
+    """The rows of each prompt group (one `uid`), groups in order of their first row."""
     by_uid: dict[str, list[int]] = {}
     for row, uid in enumerate(uids):
         by_uid.setdefault(uid, []).append(row)
-    return list(by_uid.values())
+    return by_uid
 
 
 def compute_advantage(batch: DataProto, algorithm_config) -> None:
@@ -110,11 +109,8 @@ def group_metric_values(batch: DataProto, metric: str, extra_info: dict) -> np.n
 
 def kept_group_indices(uids: np.ndarray, values: np.ndarray) -> list[int]:
     """Rows of the groups whose metric varies (a group all right or all wrong teaches nothing)."""
-    by_uid: dict[str, list[int]] = {}
-    for i, uid in enumerate(uids):
-        by_uid.setdefault(uid, []).append(i)
     keep = []
-    for rows in by_uid.values():
+    for rows in rows_by_uid(uids).values():
         if len(rows) == 1 or np.std(values[rows]) > 0:
             keep.extend(rows)
     return sorted(keep)

@@ -108,3 +108,12 @@ def test_balance_batch_falls_back_to_rows_when_groups_cannot_split_evenly():
     balance_batch(batch, world_size=2, keep_groups=True)
     lens = batch.batch["attention_mask"].sum(-1).tolist()
     assert sorted(lens) == [4, 5, 8, 9, 12, 13] and abs(sum(lens[:3]) - sum(lens[3:])) <= 3
+
+
+def test_rows_by_uid_groups_rows_in_order_and_filtering_keeps_varying_groups():
+    from hybrid.batch_ops import kept_group_indices, rows_by_uid
+
+    uids = np.array(["b", "a", "b", "c", "a"], dtype=object)
+    assert rows_by_uid(uids) == {"b": [0, 2], "a": [1, 4], "c": [3]}
+    # b varies, a does not, c is a group of one (kept: nothing to compare it with)
+    assert kept_group_indices(uids, np.array([1.0, 0.0, 0.0, 1.0, 0.0])) == [0, 2, 3]
