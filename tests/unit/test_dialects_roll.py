@@ -123,6 +123,12 @@ def roll_error(tmp_path: Path, text: str, *overrides: str) -> str:
          "    tag_included: [gsm8k]\n    world_size: 8\n", {}),
         ("train_infer_correction:\n  is_weight:\n    enabled: true\n    upper_bound: 2.0\n", {f"{A}.actor.tis_imp_ratio_cap": 2.0}),
         ("model_update_buffer_size_mb: 256\n", {f"{A}.rollout.update_weights_bucket_megabytes": 256}),
+        # Ulysses sequence parallelism per trained role; the reference's size must be actor_train's.
+        ("actor_train:\n  model_args:\n    ulysses_size: 2\nreference:\n  model_args:\n    ulysses_size: 2\n"
+         "critic:\n  model_args:\n    ulysses_size: 4\n",
+         {f"{A}.actor.ulysses_sequence_parallel_size": 2, f"{A}.ref.ulysses_sequence_parallel_size": 2,
+          "critic.ulysses_sequence_parallel_size": 4}),
+        ("actor_train:\n  model_args:\n    ulysses_size: 1\n", {f"{A}.actor.ulysses_sequence_parallel_size": 1}),
     ],
 )
 def test_roll_mapping(tmp_path, yaml_text, expected):
@@ -176,9 +182,9 @@ actor_train:
     strategy_config:
       tensor_model_parallel_size: 2
   device_mapping: list(range(0,8))
+actor_infer:
   model_args:
     ulysses_size: 2
-actor_infer:
   strategy_args:
     strategy_name: sglang
   device_mapping: list(range(8,12))
@@ -209,7 +215,7 @@ ROLL_REFUSED = [
     ("is_use_additional_prompts=true", "dynamic sampling"),
     ("system_envs.USE_MODELSCOPE=1", "environment variables"),
     ("actor_train.strategy_args.strategy_name=megatron_train", "Megatron"),
-    ("actor_train.model_args.ulysses_size=2", "Ulysses"),
+    ("actor_infer.model_args.ulysses_size=2", "tensor parallelism only"),
     ("actor_infer.strategy_args.strategy_name=sglang", "in-process vLLM"),
     ("actor_infer.device_mapping=list(range(8,12))", "colocated on the same devices"),
     ("actor_infer.generating_args.num_beams=4", "beam search"),
@@ -251,6 +257,8 @@ def test_roll_documents_at_least_ten_refused_keys():
         ("pretrain: /a\nreference:\n  model_args:\n    model_name_or_path: /b\n", "initial policy"),
         ("actor_train:\n  model_args:\n    dtype: fp16\n", "supported: bf16, fp32"),
         ("track_with: swanlab\n", "supported: tensorboard, wandb, stdout"),
+        ("actor_train:\n  model_args:\n    ulysses_size: 2\nreference:\n  model_args:\n    ulysses_size: 1\n",
+         "splits sequences as it does (actor_train.model_args.ulysses_size=2)"),
     ],
 )
 def test_roll_transform_refusals(tmp_path, yaml_text, reason):

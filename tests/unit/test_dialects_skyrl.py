@@ -112,6 +112,12 @@ from tests.unit.test_dialects import REPO, SKYRL_SEED_EXAMPLE, A, skyrl, skyrl_e
          {f"{A}.actor.checkpoint.save_contents": ["model", "optimizer", "extra", "hf_model"]}),
         (["trainer.policy.model.path=/m", "trainer.ref.model.path=/m"], {f"{A}.model.path": "/m"}),
         (["trainer.strategy=fsdp2"], {f"{A}.actor.strategy": "fsdp2", f"{A}.ref.strategy": "fsdp2", "critic.strategy": "fsdp2"}),
+        # Ulysses sequence parallelism; the reference's size must be the policy's.
+        (["trainer.policy.sequence_parallel_size=2", "trainer.ref.sequence_parallel_size=2",
+          "trainer.critic.sequence_parallel_size=4", "trainer.sequence_parallel_backend=ulysses"],
+         {f"{A}.actor.ulysses_sequence_parallel_size": 2, f"{A}.ref.ulysses_sequence_parallel_size": 2,
+          "critic.ulysses_sequence_parallel_size": 4}),
+        (["trainer.policy.sequence_parallel_size=1"], {f"{A}.actor.ulysses_sequence_parallel_size": 1}),
         # Interpolation among the SkyRL keys of one line, and oc.env.
         (["trainer.max_prompt_length=128", "generator.max_input_length=${trainer.max_prompt_length}"], {"data.max_prompt_length": 128}),
     ],
@@ -145,8 +151,8 @@ SKYRL_REFUSED = [
     ("trainer.strategy=megatron", "Megatron"),
     ("trainer.policy.megatron_config.tensor_model_parallel_size=2", "Megatron"),
     ("deepspeed_config.train.zero_optimization.stage=3", "DeepSpeed"),
-    ("trainer.policy.sequence_parallel_size=2", "not yet; see the issue on Ulysses"),
-    ("trainer.ref.sequence_parallel_size=2", "Ulysses"),
+    ("trainer.sequence_parallel_backend=ring", "supported: ulysses"),
+    ("trainer.ref.sequence_parallel_size=2", "splits sequences as the policy does"),
     ("trainer.policy.use_torch_compile=true", "torch.compile"),
     ("trainer.update_ref_every_epoch=true", "reference stays the initial policy"),
     ("trainer.fully_async.max_staleness_steps=4", "synchronous and on-policy"),
@@ -204,7 +210,7 @@ def test_skyrl_documents_at_least_twenty_refused_keys():
     assert len(refused) >= 20
     assert all(r.note for r in refused)
     keys = {r.key for r in refused}
-    for key in ("trainer.placement.colocate_all", "trainer.policy.sequence_parallel_size",
+    for key in ("trainer.placement.colocate_all", "trainer.policy.use_torch_compile",
                 "generator.step_wise_trajectories", "trainer.policy.megatron_config.*", "trainer.fully_async.*"):
         assert key in keys
 
@@ -243,6 +249,17 @@ def test_skyrl_seed_example_loads_and_validates():
     assert cfg.trainer.resume_mode == "auto"
     assert cfg.data.max_prompt_length == 512 and cfg.data.max_response_length == 1024
     assert cfg.data.train_files == [os.path.expanduser("~/data/gsm8k/train.parquet")]
+
+
+def test_skyrl_sequence_parallel_loads_and_validates():
+    overrides = translate_argv(["--dialect", "skyrl", "trainer.placement.policy_num_gpus_per_node=2",
+                                "trainer.policy.sequence_parallel_size=2", "trainer.critic.sequence_parallel_size=2",
+                                "trainer.sequence_parallel_backend=ulysses"])
+    cfg = load_config(overrides)
+    validate_config(cfg)
+    arr = cfg.actor_rollout_ref
+    assert arr.actor.ulysses_sequence_parallel_size == 2 and arr.ref.ulysses_sequence_parallel_size == 2
+    assert cfg.critic.ulysses_sequence_parallel_size == 2
 
 
 def test_skyrl_example_script_loads_and_validates(tmp_path):

@@ -145,6 +145,41 @@ def _training_rules(role: str) -> list[Rule]:
     ]
 
 
+# The verl key each trained role's `model_args.ulysses_size` sets (Ulysses sequence parallelism).
+ULYSSES_KEYS = {
+    "actor_train": f"{ACTOR}.ulysses_sequence_parallel_size",
+    "reference": f"{REF}.ulysses_sequence_parallel_size",
+    "critic": "critic.ulysses_sequence_parallel_size",
+}
+
+
+def _ulysses(role: str):
+    def convert(value: Any, ctx: Context) -> dict[str, Any]:
+        if value is None:
+            return {}  # ROLL's null is no sequence parallelism: hybrid's default (1)
+        if role == "reference":
+            actor = ctx.get("actor_train.model_args.ulysses_size", None)
+            actor = 1 if actor is None else actor
+            if value != actor:
+                raise Refusal(
+                    f"hybrid's reference runs in the actor's worker and splits sequences as it does "
+                    f"(actor_train.model_args.ulysses_size={actor}); give both the same size"
+                )
+        return {ULYSSES_KEYS[role]: value}
+
+    return convert
+
+
+def _ulysses_rule(role: str) -> Rule:
+    key = f"{role}.model_args.ulysses_size"
+    if role not in ULYSSES_KEYS:
+        return refuse(key, "hybrid's engine shards by tensor parallelism only; sequence parallelism is for the "
+                      "trained roles (actor_train, reference, critic)", accept=(None, 1))
+    how = "same value (null: 1)" + ("; must equal actor_train's" if role == "reference" else "")
+    note = "Ulysses: ranks that split each sequence; data-parallel ranks = devices / this" if role == "actor_train" else ""
+    return custom(key, (ULYSSES_KEYS[role],), _ulysses(role), how, note)
+
+
 def _worker_rules(role: str) -> list[Rule]:
     """The keys every ROLL worker section has."""
     infer_batch = {
@@ -168,11 +203,7 @@ def _worker_rules(role: str) -> list[Rule]:
             "hybrid loads causal language models (and a value head for the critic) by itself",
             accept=(None,),
         ),
-        refuse(
-            f"{role}.model_args.ulysses_size",
-            "not yet; see the issue on Ulysses sequence parallelism",
-            accept=(None, 1),
-        ),
+        _ulysses_rule(role),
         ignore(f"{role}.model_args.disable_gradient_checkpointing", "no training in this role") if role in ("actor_infer", "reference") else
         via(f"{role}.model_args.disable_gradient_checkpointing",
             f"{ARR}.model.enable_gradient_checkpointing" if role == "actor_train" else "critic.model.enable_gradient_checkpointing",
@@ -216,4 +247,4 @@ def _worker_rules(role: str) -> list[Rule]:
     return rules
 
 
-__all__ = ["DEFAULT_WORKERS", "REWARD_WORKER_REFUSALS", "RULE_REWARD_WORKERS"]
+__all__ = ["DEFAULT_WORKERS", "REWARD_WORKER_REFUSALS", "RULE_REWARD_WORKERS", "ULYSSES_KEYS"]

@@ -19,7 +19,6 @@ COLOCATED = "hybrid always colocates training and generation on the same devices
 SAME_DEVICES = "hybrid places every role (policy, reference, critic, engine) on the same devices as the policy"
 MEGATRON = "the Megatron backend: hybrid trains with FSDP2 only"
 DEEPSPEED = "the DeepSpeed backend: hybrid trains with FSDP2 only"
-ULYSSES = "not yet; see the issue on Ulysses sequence parallelism (hybrid shards only with FSDP)"
 IN_PROCESS = "hybrid's engine runs in-process in each training worker and receives the weights in memory"
 ASYNC = "hybrid is synchronous and on-policy: each step generates with the current weights, then trains"
 
@@ -242,6 +241,16 @@ def _same_as_policy(policy_key: str, verl_key: str):
         return {}
 
     return check
+
+
+def _ref_sequence_parallel(value: Any, ctx: Context) -> dict[str, Any]:
+    policy = ctx.effective("trainer.policy.sequence_parallel_size", f"{ACTOR}.ulysses_sequence_parallel_size")
+    if value != policy:
+        raise Refusal(
+            f"hybrid's reference runs in the policy's worker and splits sequences as the policy does "
+            f"(trainer.policy.sequence_parallel_size={policy}); give both the same size"
+        )
+    return {f"{REF}.ulysses_sequence_parallel_size": value}
 
 
 def _ref_path(value: Any, ctx: Context) -> dict[str, Any]:
