@@ -15,8 +15,6 @@ the policy loss of one micro-batch. The reference policy is an actor without an 
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -31,22 +29,11 @@ from workers.losses import (
     kl_penalty,
     logprobs_from_logits,
 )
-from workers.micro_batch import MicroBatching, micro_batches, pack_for_responses
+from workers.micro_batch import MicroBatching, micro_batches, response_inputs, to_rows
 from workers.optimizer_step import MiniBatchCounts, OptimizerStep, UpdatePlan, all_reduce_max, world_size
 from workers.response_head import fused_response_head
 from workers.rollout_correction import CorrectionSettings, Stats, compute_correction, correction_metrics, rejected_loss_scale
-
-
-def response_inputs(micro: dict, use_remove_padding: bool, share_prompts: bool):
-    """The model's inputs for a micro-batch, the positions whose outputs predict response
-    tokens (`logits_to_keep`), and which (row, response column) has one: None for the
-    padded layout, whose outputs come back (B, R + 1); packed rows give the valid ones."""
-    if not (use_remove_padding or share_prompts):
-        inputs = {k: micro[k] for k in ("input_ids", "attention_mask", "position_ids")}
-        return inputs, micro["responses"].shape[1] + 1, None
-    packed_ids, packed_pos, kwargs, source = pack_for_responses(micro, share_prompts)
-    valid = source >= 0
-    return {"input_ids": packed_ids, "position_ids": packed_pos, **kwargs}, source[valid], valid
+from workers.ulysses import SequenceParallel, SequenceSplit
 
 
 class DataParallelPPOActor:
@@ -54,12 +41,14 @@ class DataParallelPPOActor:
     which only computes log-probs). `share_prompts`: every pass packs prompt-once
     (workers/shared_prefix.py; `actor.use_prefix_grouper`). `chunk_logits`: log-probs and
     entropy come from the fused, chunked output layer (workers/response_head.py;
-    `model.use_fused_kernels`)."""
+    `model.use_fused_kernels`). `sp`: this rank's sequence-parallel group; the rows given
+    are then the whole group's (workers/ulysses.py)."""
 
     def __init__(self, module: torch.nn.Module, use_remove_padding: bool, config=None, optimizer=None, lr_scheduler=None,
-                 *, share_prompts: bool = False, chunk_logits: bool = False):
+                 *, share_prompts: bool = False, chunk_logits: bool = False, sp: SequenceParallel | None = None):
         self.config = config
         self.share_prompts = share_prompts
+        self.sp = sp
         self.chunk_logits = chunk_logits
         self.module = module
         self.optimizer = optimizer
@@ -75,17 +64,18 @@ class DataParallelPPOActor:
         """Log-probs and (if asked) entropy; `entropy_grad=False` computes the entropy as a
         metric only, without keeping its softmax for the backward pass."""
         responses = micro["responses"]
-        inputs, keep, valid = response_inputs(micro, self.use_remove_padding, self.share_prompts)
-        labels = responses if valid is None else responses[valid]
+        inputs, keep, valid = response_inputs(micro, self.use_remove_padding or self.sp is not None, self.share_prompts)
+        split = SequenceSplit(inputs, keep, self.sp)  # the whole row without sequence parallelism
+        labels = responses if valid is None else split.local(responses[valid])
         if self.chunk_logits:
-            flat_labels = labels.reshape(-1) if valid is not None else F.pad(responses, (0, 1)).reshape(-1)
+            flat_labels = labels if valid is not None else F.pad(responses, (0, 1)).reshape(-1)
             with fused_response_head(self.module, flat_labels, temperature):
-                out = self.module(**inputs, use_cache=False, logits_to_keep=keep)
+                out = self.module(**split.inputs, use_cache=False, logits_to_keep=split.keep)
             per_token = out.logits[:, :-1] if valid is None else out.logits[0]
             log_probs, entropy = per_token[..., 0].float(), per_token[..., 1].float()
             entropy = (entropy if entropy_grad else entropy.detach()) if calculate_entropy else None
         else:
-            out = self.module(**inputs, use_cache=False, logits_to_keep=keep)
+            out = self.module(**split.inputs, use_cache=False, logits_to_keep=split.keep)
             logits = (out.logits[:, :-1] if valid is None else out.logits[0]).float() / temperature
             log_probs = logprobs_from_logits(logits, labels)
             entropy = None
@@ -96,7 +86,8 @@ class DataParallelPPOActor:
                     entropy = entropy_from_logits(logits.detach())
         if valid is None:
             return log_probs, entropy
-        return _to_rows(log_probs, valid), None if entropy is None else _to_rows(entropy, valid)
+        log_probs = to_rows(split.gather(log_probs), valid)
+        return log_probs, None if entropy is None else to_rows(split.gather(entropy), valid)
 
     @torch.no_grad()
     def compute_log_prob(self, data: DataProto, batching: MicroBatching, temperature: float, calculate_entropy: bool = False):
@@ -106,7 +97,7 @@ class DataParallelPPOActor:
         tensors = data.batch.select(*keys).to(current_device())
         log_probs = torch.zeros(data.batch["responses"].shape, dtype=torch.float32)
         entropy = torch.zeros_like(log_probs) if calculate_entropy else None
-        for idx in micro_batches(data.batch, self._with_sharing(batching), self.world_size):
+        for idx in micro_batches(data.batch, self._batching(batching), self.world_size):
             index = torch.tensor(idx)
             micro = {k: tensors[k][index] for k in keys}
             lp, ent = self.forward_micro(micro, temperature, calculate_entropy)
@@ -115,8 +106,8 @@ class DataParallelPPOActor:
                 entropy[index] = ent.cpu()
         return log_probs, entropy
 
-    def _with_sharing(self, batching: MicroBatching) -> MicroBatching:
-        return dataclasses.replace(batching, share_prompts=self.share_prompts)
+    def _batching(self, batching: MicroBatching) -> MicroBatching:
+        return batching.for_model(self.share_prompts, self.sp.size if self.sp else 1)
 
     # ------------------------------------------------------------------ update
     def update_policy(self, data: DataProto, temperature: float, mini_batch_size: int) -> dict[str, float]:
@@ -146,7 +137,7 @@ class DataParallelPPOActor:
             epochs=cfg.ppo_epochs,
             shuffle=cfg.shuffle,
             seed=cfg.data_loader_seed if cfg.data_loader_seed is not None else 0,
-            micro=MicroBatching(cfg.ppo_micro_batch_size_per_gpu, cfg.use_dynamic_bsz, cfg.ppo_max_token_len_per_gpu, self.share_prompts),
+            micro=self._batching(MicroBatching(cfg.ppo_micro_batch_size_per_gpu, cfg.use_dynamic_bsz, cfg.ppo_max_token_len_per_gpu)),
             seq_level=cfg.loss_agg_mode.startswith("seq-mean"),
         )
         metrics = self.step.run(data, keys, plan, loss)
@@ -211,13 +202,6 @@ class DataParallelPPOActor:
         if "rollout_is_weights" in present:
             keys.append("rollout_is_weights")
         return keys
-
-
-def _to_rows(values: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """(N,) values at the valid (row, response column) places of a zero (B, R) tensor."""
-    rows = torch.zeros(valid.shape, dtype=torch.float32, device=values.device)
-    rows[valid] = values
-    return rows
 
 
 def _all_reduce(values: torch.Tensor, kind: str) -> torch.Tensor:

@@ -32,7 +32,11 @@ from workers.profiling import ProfiledWorker, StepProfiler
 from workers.response_head import uses_fused_head
 from workers.roles import Role
 from workers.shared_prefix import shares_prompts
+from workers.ulysses import check_heads, data_parallel_size, gather_group_rows, own_rows, sequence_parallel_group
 from workers.weight_sync import EngineWeightSync
+
+
+SP_KEY = "actor_rollout_ref.actor.ulysses_sequence_parallel_size"
 
 
 def log_prob_batching(section) -> MicroBatching:
@@ -51,6 +55,7 @@ class ActorRolloutRefWorker(ProfiledWorker, Worker):
         self.role = Role.parse(role)
         self.actor = self.ref = self.rollout = self.weight_sync = self.checkpointer = None
         self.actor_module = None
+        self.sp = None  # sequence-parallel group of the actor and the reference (workers/ulysses.py)
         # LoRA: the reference policy is the actor's own module with its adapters disabled.
         self.is_lora = config.model.is_lora
         self.ref_in_actor = False
@@ -67,6 +72,8 @@ class ActorRolloutRefWorker(ProfiledWorker, Worker):
             self.config = replace(self.config, model=replace(self.config.model, path=path))
         model = self.config.model
         self.tokenizer = load_tokenizer(model.tokenizer, model.trust_remote_code)
+        if self.role.has_actor or self.role.has_ref:
+            self.sp = sequence_parallel_group(self.config.actor.ulysses_sequence_parallel_size, SP_KEY)
         if self.role.has_actor or self.role.has_rollout:
             self._build_policy()
         if self.role.has_ref:
@@ -111,7 +118,10 @@ class ActorRolloutRefWorker(ProfiledWorker, Worker):
         self.actor = DataParallelPPOActor(
             self.actor_module, self.config.model.use_remove_padding, actor, optimizer, scheduler,
             share_prompts=self.share_prompts, chunk_logits=uses_fused_head(self.config.model.use_fused_kernels, self.actor_module),
+            sp=self.sp,
         )
+        if self.sp:
+            check_heads(self.hf_config, self.sp.size, SP_KEY)
 
     @property
     def share_prompts(self) -> bool:
@@ -126,7 +136,11 @@ class ActorRolloutRefWorker(ProfiledWorker, Worker):
         else:
             ref_module, self.hf_config = self._load_causal_lm(self.config.ref.fsdp_config, trainable=False)
         chunk_logits = uses_fused_head(self.config.model.use_fused_kernels, ref_module)
-        self.ref = DataParallelPPOActor(ref_module, use_remove_padding, share_prompts=self.share_prompts, chunk_logits=chunk_logits)
+        self.ref = DataParallelPPOActor(
+            ref_module, use_remove_padding, share_prompts=self.share_prompts, chunk_logits=chunk_logits, sp=self.sp
+        )
+        if self.sp:
+            check_heads(self.hf_config, self.sp.size, SP_KEY)
 
     def _build_rollout(self):
         cfg = self.config.rollout
@@ -211,21 +225,22 @@ class ActorRolloutRefWorker(ProfiledWorker, Worker):
         rollout = self.config.rollout
         with self._actor_on_device():
             log_probs, entropy = self.actor.compute_log_prob(
-                data, log_prob_batching(rollout), rollout.temperature, calculate_entropy=True
+                gather_group_rows(data, self.sp), log_prob_batching(rollout), rollout.temperature, calculate_entropy=True
             )
-        return DataProto.from_dict(tensors={"old_log_probs": log_probs, "entropys": entropy})
+        return DataProto.from_dict(tensors={"old_log_probs": own_rows(log_probs, self.sp), "entropys": own_rows(entropy, self.sp)})
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
         self._require(self.ref, "compute_ref_log_prob", "ref")
         batching, temperature = log_prob_batching(self.config.ref), self.config.rollout.temperature
+        data = gather_group_rows(data, self.sp)
         with self._ref_on_device():
             if self.ref_in_actor:
                 with self.actor_module.disable_adapter():
                     log_probs, _ = self.ref.compute_log_prob(data, batching, temperature)
             else:
                 log_probs, _ = self.ref.compute_log_prob(data, batching, temperature)
-        return DataProto.from_dict(tensors={"ref_log_prob": log_probs})
+        return DataProto.from_dict(tensors={"ref_log_prob": own_rows(log_probs, self.sp)})
 
     # ------------------------------------------------------------------ update
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
@@ -233,10 +248,13 @@ class ActorRolloutRefWorker(ProfiledWorker, Worker):
         """One PPO update; the engine keeps the old weights until update_rollout_weights."""
         self._require(None if self.actor is None else self.actor.optimizer, "update_actor", "actor")
         cfg = self.config
-        mini_batch = mini_batch_samples_per_rank(cfg.actor.ppo_mini_batch_size, cfg.rollout.n, self.world_size)
+        # A sequence-parallel group trains on its members' rows together: mini-batches per group.
+        mini_batch = mini_batch_samples_per_rank(
+            cfg.actor.ppo_mini_batch_size, cfg.rollout.n, data_parallel_size(self.world_size, self.sp)
+        )
         with self._actor_on_device(optimizer=True):
             start = time.perf_counter()
-            metrics = self.actor.update_policy(data, cfg.rollout.temperature, mini_batch)
+            metrics = self.actor.update_policy(gather_group_rows(data, self.sp), cfg.rollout.temperature, mini_batch)
             metrics["perf/update_actor_s"] = time.perf_counter() - start
         return DataProto(meta_info={"metrics": metrics})
 

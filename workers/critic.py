@@ -9,41 +9,41 @@ log-probs. The update runs through the same optimizer step as the actor's
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 
 from protocol.data_proto import DataProto
 from workers.device import current_device
 from workers.losses import compute_value_loss, masked_mean
-from workers.micro_batch import MicroBatching, micro_batches, pack_for_responses
+from workers.micro_batch import MicroBatching, micro_batches, response_inputs, to_rows
 from workers.optimizer_step import MiniBatchCounts, OptimizerStep, UpdatePlan, world_size
+from workers.ulysses import SequenceParallel, SequenceSplit
 
 # The critic's section has no data_loader_seed: its shuffled mini-batches (critic.shuffle)
 # use epoch e's seed 0 + e, as they always have.
 CRITIC_SHUFFLE_SEED = 0
 
 
-def forward_values(model, micro: dict, response_len: int, use_remove_padding: bool, share_prompts: bool = False) -> torch.Tensor:
+def forward_values(model, micro: dict, response_len: int, use_remove_padding: bool, share_prompts: bool = False,
+                   sp: SequenceParallel | None = None) -> torch.Tensor:
     """Values (B, R) at the positions predicting each response token (0 where there is none)."""
-    input_ids, attention_mask, position_ids = micro["input_ids"], micro["attention_mask"], micro["position_ids"]
-    seq_len = input_ids.shape[1]
-    if not (use_remove_padding or share_prompts):
-        out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
-        values = out.logits.squeeze(-1)
-        return values[:, seq_len - response_len - 1 : seq_len - 1].float()
-    packed_ids, packed_pos, kwargs, source = pack_for_responses(micro, share_prompts)
-    out = model(input_ids=packed_ids, position_ids=packed_pos, use_cache=False, **kwargs)
-    packed_values = out.logits[0].squeeze(-1).float()
-    return torch.where(source >= 0, packed_values[source.clamp(min=0)], torch.zeros((), device=packed_values.device))
+    inputs, keep, valid = response_inputs(micro, use_remove_padding or sp is not None, share_prompts)
+    if valid is None:
+        out = model(**inputs, use_cache=False)
+        seq_len = micro["input_ids"].shape[1]
+        return out.logits.squeeze(-1)[:, seq_len - response_len - 1 : seq_len - 1].float()
+    split = SequenceSplit(inputs, keep, sp)  # the whole row without sequence parallelism
+    out = model(**split.inputs, use_cache=False)
+    return to_rows(split.gather(out.logits[0, split.keep, 0].float()), valid)
 
 
 class DataParallelPPOCritic:
-    """`config`: the `critic` section."""
+    """`config`: the `critic` section; `sp`: this rank's sequence-parallel group, whose
+    rows it is given (workers/ulysses.py)."""
 
     def __init__(self, config, module: torch.nn.Module, optimizer, lr_scheduler, use_remove_padding: bool,
-                 *, share_prompts: bool = False):
+                 *, share_prompts: bool = False, sp: SequenceParallel | None = None):
         self.config = config
+        self.sp = sp
         self.share_prompts = share_prompts  # packs prompt-once (workers/shared_prefix.py)
         self.module = module
         self.optimizer = optimizer
@@ -54,7 +54,7 @@ class DataParallelPPOCritic:
 
     def values_micro(self, micro: dict) -> torch.Tensor:
         response_len = micro["responses"].shape[1]
-        values = forward_values(self.module, micro, response_len, self.use_remove_padding, self.share_prompts)
+        values = forward_values(self.module, micro, response_len, self.use_remove_padding, self.share_prompts, self.sp)
         return values * micro["response_mask"]
 
     @torch.no_grad()
@@ -63,11 +63,13 @@ class DataParallelPPOCritic:
         keys = ["responses", "input_ids", "attention_mask", "position_ids", "response_mask"]
         tensors = data.batch.select(*keys).to(current_device())
         values = torch.zeros(data.batch["responses"].shape, dtype=torch.float32)
-        batching = dataclasses.replace(batching, share_prompts=self.share_prompts)
-        for idx in micro_batches(data.batch, batching, self.world_size):
+        for idx in micro_batches(data.batch, self._batching(batching), self.world_size):
             index = torch.tensor(idx)
             values[index] = self.values_micro({k: tensors[k][index] for k in keys}).cpu()
         return values
+
+    def _batching(self, batching: MicroBatching) -> MicroBatching:
+        return batching.for_model(self.share_prompts, self.sp.size if self.sp else 1)
 
     def update_critic(self, data: DataProto, mini_batch_size: int) -> dict[str, float]:
         """One value update on this rank's rows; `mini_batch_size` is in samples per rank."""
@@ -78,7 +80,7 @@ class DataParallelPPOCritic:
             epochs=cfg.ppo_epochs,
             shuffle=cfg.shuffle,
             seed=CRITIC_SHUFFLE_SEED,
-            micro=MicroBatching(cfg.ppo_micro_batch_size_per_gpu, cfg.use_dynamic_bsz, cfg.ppo_max_token_len_per_gpu, self.share_prompts),
+            micro=self._batching(MicroBatching(cfg.ppo_micro_batch_size_per_gpu, cfg.use_dynamic_bsz, cfg.ppo_max_token_len_per_gpu)),
             seq_level=cfg.loss_agg_mode.startswith("seq-mean"),
         )
         return self.step.run(data, keys, plan, self._micro_loss)

@@ -19,6 +19,7 @@ from workers.model_loading import load_hf_model, load_tokenizer
 from workers.optimizer_step import mini_batch_samples_per_rank
 from workers.profiling import ProfiledWorker, StepProfiler
 from workers.shared_prefix import shares_prompts
+from workers.ulysses import check_heads, data_parallel_size, gather_group_rows, own_rows, sequence_parallel_group
 
 
 class CriticWorker(ProfiledWorker, Worker):
@@ -30,7 +31,7 @@ class CriticWorker(ProfiledWorker, Worker):
         super().__init__()
         self.config = config
         self.share_prompts = shares_prompts(use_prefix_grouper, rollout_n, config.model.use_remove_padding)
-        self.mini_batch_samples = mini_batch_samples_per_rank(config.ppo_mini_batch_size, rollout_n, self.world_size)
+        self.rollout_n = rollout_n
         self.profiler = StepProfiler(config.profiler, "critic", self.rank)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -39,6 +40,12 @@ class CriticWorker(ProfiledWorker, Worker):
 
         cfg = self.config
         model = cfg.model
+        key = "critic.ulysses_sequence_parallel_size"
+        self.sp = sequence_parallel_group(cfg.ulysses_sequence_parallel_size, key)
+        # A sequence-parallel group trains on its members' rows together: mini-batches per group.
+        self.mini_batch_samples = mini_batch_samples_per_rank(
+            cfg.ppo_mini_batch_size, self.rollout_n, data_parallel_size(self.world_size, self.sp)
+        )
         self.module, self.hf_config = load_hf_model(
             AutoModelForTokenClassification, model.path, model.fsdp_config, seed=0, trainable=True,
             trust_remote_code=model.trust_remote_code, override_config=model.override_config,
@@ -49,8 +56,10 @@ class CriticWorker(ProfiledWorker, Worker):
         optimizer = build_optimizer(self.module.parameters(), cfg.optim)
         scheduler = build_lr_scheduler(optimizer, cfg.optim, cfg.optim.total_training_steps)
         self.critic = DataParallelPPOCritic(
-            cfg, self.module, optimizer, scheduler, model.use_remove_padding, share_prompts=self.share_prompts
+            cfg, self.module, optimizer, scheduler, model.use_remove_padding, share_prompts=self.share_prompts, sp=self.sp
         )
+        if self.sp:
+            check_heads(self.hf_config, self.sp.size, key)
         self.checkpointer = FSDPCheckpointer(
             self.module, optimizer, scheduler, self.hf_config,
             load_tokenizer(model.tokenizer, model.trust_remote_code), model.path,
@@ -79,11 +88,11 @@ class CriticWorker(ProfiledWorker, Worker):
         cfg = self.config
         batching = MicroBatching(cfg.forward_micro_batch_size_per_gpu, cfg.use_dynamic_bsz, cfg.forward_max_token_len_per_gpu)
         with self._on_device():
-            values = self.critic.compute_values(data, batching)
-        return DataProto.from_dict(tensors={"values": values})
+            values = self.critic.compute_values(gather_group_rows(data, self.sp), batching)
+        return DataProto.from_dict(tensors={"values": own_rows(values, self.sp)})
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def update_critic(self, data: DataProto) -> DataProto:
         with self._on_device(optimizer=True):
-            metrics = self.critic.update_critic(data, self.mini_batch_samples)
+            metrics = self.critic.update_critic(gather_group_rows(data, self.sp), self.mini_batch_samples)
         return DataProto(meta_info={"metrics": metrics})

@@ -13,7 +13,7 @@ position ids restart at 0 — transformers then masks attention per sequence
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.distributed as dist
@@ -36,6 +36,12 @@ class MicroBatching:
     use_dynamic_bsz: bool
     max_token_len: int
     share_prompts: bool = False
+
+    def for_model(self, share_prompts: bool, sequence_parallel: int) -> MicroBatching:
+        """As a model's passes run it: prompt-once or not, and a token budget that is per
+        device of a sequence-parallel group, so the group's rows get `sequence_parallel`
+        times as many (verl's rule)."""
+        return replace(self, share_prompts=share_prompts, max_token_len=self.max_token_len * sequence_parallel)
 
 
 def micro_batches(tensors, batching: MicroBatching, world_size: int) -> list[list[int]]:
@@ -171,3 +177,22 @@ def pack_for_responses(micro: dict, share_prompts: bool):
     rows = torch.arange(batch, device=input_ids.device).unsqueeze(1) * seq_len
     cols = torch.arange(seq_len - response_len - 1, seq_len - 1, device=input_ids.device).unsqueeze(0)
     return packed_ids, packed_pos, kwargs, packed_at[rows + cols]
+
+
+def response_inputs(micro: dict, packed: bool, share_prompts: bool):
+    """The model's inputs for a micro-batch, the positions whose outputs predict response
+    tokens (`logits_to_keep`), and which (row, response column) has one: None for the
+    padded layout, whose outputs come back (B, R + 1); packed rows give the valid ones."""
+    if not (packed or share_prompts):
+        inputs = {k: micro[k] for k in ("input_ids", "attention_mask", "position_ids")}
+        return inputs, micro["responses"].shape[1] + 1, None
+    packed_ids, packed_pos, kwargs, source = pack_for_responses(micro, share_prompts)
+    valid = source >= 0
+    return {"input_ids": packed_ids, "position_ids": packed_pos, **kwargs}, source[valid], valid
+
+
+def to_rows(values: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """(N,) values at the valid (row, response column) places of a zero (B, R) tensor."""
+    rows = torch.zeros(valid.shape, dtype=torch.float32, device=values.device)
+    rows[valid] = values
+    return rows

@@ -10,7 +10,9 @@ everything else: padded batches, generation with a cache, rows packed by someone
 A row packed prompt-once (workers/shared_prefix.py) arrives with `shared_prefix`, its
 layout: each prompt attends causally to itself, each response to its prompt and causally
 to itself, in two SDPA calls over padded batches (no (T, T) mask), so the work is what
-the unshared rows would cost minus the repeated prompts. The same calls run on CUDA, where
+the unshared rows would cost minus the repeated prompts. A row split for sequence
+parallelism arrives with `ulysses` (workers/ulysses.py) and is attended whole, for some
+heads, between two all-to-alls. The same calls run on CUDA, where
 SDPA picks its fused kernels. Registered with transformers under ATTN_IMPLEMENTATION.
 """
 
@@ -46,6 +48,13 @@ def packed_sdpa_attention_forward(module, query, key, value, attention_mask, dro
     """
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+    ulysses = kwargs.pop("ulysses", None)
+    if ulysses is not None:
+        # Sequence parallel (workers/ulysses.py): this rank's heads over the whole row.
+        heads = query.shape[1]
+        query, key, value = ulysses.heads_for_whole_row(query, key, value)
+        output, _ = packed_sdpa_attention_forward(module, query, key, value, None, dropout, scaling, is_causal, **kwargs)
+        return ulysses.row_slice_for_all_heads(output, heads), None
     cu_seq_lens = kwargs.get("cu_seq_lens_q")
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     layout = kwargs.get("shared_prefix")

@@ -293,6 +293,7 @@ class ActorConfig:
     entropy_from_logits_with_chunking: bool  # both values: entropy is always chunked
     entropy_checkpointing: bool  # true needs the fused output layer (model.use_fused_kernels not false)
     use_prefix_grouper: bool | None  # null: on when rollout.n > 1 and rows are packed (workers/shared_prefix.py)
+    ulysses_sequence_parallel_size: PositiveInt  # ranks that split each sequence (workers/ulysses.py)
     optim: ActorOptimConfig
     fsdp_config: TrainFSDPConfig
     checkpoint: CheckpointConfig
@@ -309,6 +310,7 @@ class RefConfig:
     use_torch_compile: Annotated[bool, NO_COMPILE]
     entropy_from_logits_with_chunking: bool
     entropy_checkpointing: bool
+    ulysses_sequence_parallel_size: PositiveInt  # the actor's (one worker holds both)
     fsdp_config: FSDPConfig
     profiler: ProfilerConfig
 
@@ -444,6 +446,7 @@ class CriticConfig:
     grad_clip: Annotated[float, Positive()]
     cliprange_value: Annotated[float, NonNegative()]
     loss_agg_mode: Annotated[str, OneOf(loss_agg_modes)]
+    ulysses_sequence_parallel_size: PositiveInt
     checkpoint: CheckpointConfig
     profiler: ProfilerConfig
 

@@ -321,6 +321,13 @@ def _check_actor(config: HybridConfig, world: int | None, world_desc: str, probl
     arr: ActorRolloutRefConfig = config.actor_rollout_ref
     actor = arr.actor
     _check_ppo_batches(problems, "actor", f"{ARR}.actor", actor, config, world, world_desc)
+    actor_sp, ref_sp = actor.ulysses_sequence_parallel_size, arr.ref.ulysses_sequence_parallel_size
+    if _ok(actor_sp, ref_sp) and actor_sp != ref_sp:
+        problems.add(
+            f"{ARR}.ref.ulysses_sequence_parallel_size={ref_sp} differs from {ARR}.actor.ulysses_sequence_parallel_size="
+            f"{actor_sp}; the reference policy runs in the actor's workers, which split sequences one way: set them "
+            f"equal (ref's default is the actor's)"
+        )
     _deprecated_micro(problems, f"{ARR}.actor.ppo_micro_batch_size", actor.ppo_micro_batch_size, f"{ARR}.actor.ppo_micro_batch_size_per_gpu", actor.ppo_micro_batch_size_per_gpu)
     for role in ("rollout", "ref"):
         section = getattr(arr, role)
@@ -363,6 +370,13 @@ def _check_ppo_batches(problems: Problems, role: str, prefix: str, section: Any,
         )
     if world is None:
         return
+    sp = section.ulysses_sequence_parallel_size
+    if _ok(sp) and sp > 1:
+        if world % sp:
+            problems.add(f"{prefix}.ulysses_sequence_parallel_size={sp} does not divide {world_desc}")
+            return
+        # A sequence-parallel group shares its rows: the batch splits over the groups.
+        world, world_desc = world // sp, f"{world // sp} data-parallel groups ({world_desc} / {prefix}.ulysses_sequence_parallel_size={sp})"
     if (mini * n) % world != 0:
         problems.add(f"{mini_key}={mini} x {n_key}={n} = {mini * n} samples per mini-batch do not split evenly over {world_desc}")
         return

@@ -169,3 +169,34 @@ def test_in_process_group_ignores_a_busy_inherited_master_port(tmp_path):
         result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "rank 0" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        [],
+        ["actor_rollout_ref.model.use_remove_padding=false", "actor_rollout_ref.actor.use_prefix_grouper=false"],
+        ["actor_rollout_ref.actor.use_prefix_grouper=false", "actor_rollout_ref.model.use_fused_kernels=false"],
+        ["actor_rollout_ref.actor.use_dynamic_bsz=true", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=60"],
+    ],
+    ids=["prompt_once_fused", "padded", "packed_full_logits", "dynamic_bsz"],
+)
+def test_sequence_parallel_matches_one_rank(ray_cluster, tiny_model_dir, batch, local_result, overrides):
+    """Ulysses SP = 2 on 2 ranks (one data-parallel group; the tiny model's 2 query heads and
+    1 key/value head take the repeated-key path) equals one rank without SP."""
+    cfg = engine_config(
+        tiny_model_dir, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+        "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2", "trainer.n_gpus_per_node=2", *overrides,
+    )
+    group = _actor_group(cfg, 2)
+    try:
+        before, metrics, after = _logp_update_logp(group, batch)
+    finally:
+        group.shutdown()
+        group.pool.remove()
+    ref_before, ref_metrics, ref_after = local_result
+    mask = batch.batch["response_mask"].bool()
+    assert (before - ref_before)[mask].abs().max() <= TOL
+    assert abs(metrics["actor/pg_loss"] - ref_metrics["actor/pg_loss"]) <= TOL
+    assert abs(metrics["actor/grad_norm"] - ref_metrics["actor/grad_norm"]) <= 1e-4 * max(1.0, ref_metrics["actor/grad_norm"])
+    assert (after - ref_after)[mask].abs().max() <= TOL
