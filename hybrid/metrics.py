@@ -20,6 +20,7 @@ __all__ = [
     "compute_data_metrics",
     "compute_timing_metrics",
     "compute_throughput_metrics",
+    "compute_memory_metrics",
     "reduce_metrics",
     "process_validation_metrics",
     "validation_sample_counts",
@@ -152,6 +153,20 @@ def compute_throughput_metrics(batch: DataProto, timing_raw: dict[str, float], n
         "perf/time_per_step": step_time,
         "perf/throughput": total_tokens / (step_time * n_devices) if step_time > 0 else float("nan"),
     }
+
+
+def compute_memory_metrics(driver: dict[str, float], workers: Sequence[dict[str, float]] = ()) -> dict[str, float]:
+    """Host memory each step: the driver's resident size and the largest rank's
+    (`workers.host_memory.process_stats` / `Worker.memory_stats` dicts), and on a GPU the
+    largest rank's peak allocated and reserved memory (verl's `perf/max_memory_*_gb`)."""
+    metrics = {"perf/cpu_memory_rss_gb": float(driver["rss_gb"])}
+    if workers:
+        metrics["perf/worker_cpu_memory_rss_gb"] = max(float(w["rss_gb"]) for w in workers)
+    for key in ("max_memory_allocated_gb", "max_memory_reserved_gb"):
+        values = [float(w[key]) for w in workers if key in w]
+        if values:
+            metrics[f"perf/{key}"] = max(values)
+    return metrics
 
 
 def reduce_metrics(metrics: Sequence[dict[str, Any]]) -> dict[str, float]:

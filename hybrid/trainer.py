@@ -31,6 +31,7 @@ from hybrid.checkpointing import load_checkpoint, save_checkpoint, save_on_stop,
 from hybrid.core_algos import agg_loss, get_kl_controller, kl_in_reward
 from hybrid.metrics import (
     compute_data_metrics,
+    compute_memory_metrics,
     compute_throughput_metrics,
     compute_timing_metrics,
     process_validation_metrics,
@@ -41,6 +42,7 @@ from hybrid.interrupts import StopSignals
 from hybrid.roles import build_worker_groups
 from hybrid.tracking import Tracking, ValidationGenerationsLogger
 from protocol.data_proto import DataProto, pad_dataproto_to_divisor
+from workers.host_memory import process_stats
 from workers.profiling import profiled_step
 from workers.rollout.multi_turn import summarize as summarize_multi_turn
 from workers.shared_prefix import shares_prompts
@@ -435,6 +437,8 @@ class PPOTrainer:
                     metrics.update(last_val)
                     metrics["timing_s/testing"] = timing["testing"]
                 self.after_step(metrics)
+                # Measured after validation and the checkpoint: the step's whole footprint.
+                metrics.update(compute_memory_metrics(process_stats(), self.actor_rollout_wg.memory_stats()))
                 self.tracker.log(metrics, step=self.global_steps)
                 self.history.append({"step": self.global_steps, **metrics})
                 progress.update(1)

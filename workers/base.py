@@ -4,6 +4,10 @@ A worker group (Ray actors or in-process) sets RANK, WORLD_SIZE, LOCAL_RANK, MAS
 and MASTER_PORT in the environment before constructing the worker; the worker joins the
 torch.distributed group with the backend the device helper chooses (gloo on CPU, nccl on
 GPU). World size 1 still forms a group so FSDP2 runs the same code on one rank.
+
+Every worker also says where it runs (`process_info`: pid, node; the Ray worker group
+records it so a dead rank's message can name its node) and what it holds
+(`memory_stats`: resident memory, file descriptors, threads, the GPU's peak allocation).
 """
 
 from __future__ import annotations
@@ -14,14 +18,28 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
-from workers.device import get_dist_backend, set_device_for_local_rank
-from workers.host_memory import keep_freed_host_memory
+from protocol.dispatch import Dispatch, register
+from workers.device import get_dist_backend, get_torch_device, set_device_for_local_rank
+from workers.host_memory import keep_freed_host_memory, process_stats
 
 
 def find_free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def node_id() -> str:
+    """Ray's id of this process's node ('' outside Ray): on one machine with several raylets
+    (a test cluster) the ip is the same for every node, the id is not."""
+    try:
+        import ray
+
+        if ray.is_initialized():
+            return ray.get_runtime_context().get_node_id() or ""
+    except ImportError:
+        pass
+    return ""
 
 
 def node_ip_address() -> str:
@@ -59,3 +77,18 @@ class Worker:
 
     def ping(self) -> int:
         return self.rank
+
+    def process_info(self) -> dict:
+        """Where this rank runs: {'pid', 'node_ip', 'node_id', 'hostname'}."""
+        return {"pid": os.getpid(), "node_ip": node_ip_address(), "node_id": node_id(), "hostname": socket.gethostname()}
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def memory_stats(self) -> dict:
+        """This rank's host memory, fds and threads (workers/host_memory.py), and on a GPU
+        its peak allocated and reserved device memory since the process started, in GB."""
+        stats = process_stats()
+        device = get_torch_device()
+        if device is not None:
+            stats["max_memory_allocated_gb"] = device.max_memory_allocated() / 1e9
+            stats["max_memory_reserved_gb"] = device.max_memory_reserved() / 1e9
+        return stats

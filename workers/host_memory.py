@@ -10,6 +10,9 @@ device memory; the resident size stays at the step's peak.
 
 Applied once per worker process on Linux with glibc; set HYBRID_KEEP_HOST_MEMORY=0 to
 leave malloc as it is.
+
+`process_stats` reads this process's resident memory, open file descriptors and threads
+(the `perf/cpu_memory_rss_gb` metrics and the soak run, scripts/soak.py, read it).
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
+import resource
+import threading
 
 # mallopt parameters from glibc's malloc.h
 M_TRIM_THRESHOLD = -1
@@ -44,3 +49,37 @@ def keep_freed_host_memory() -> bool:
         raise RuntimeError(f"glibc mallopt refused parameters {failed}; set HYBRID_KEEP_HOST_MEMORY=0 to skip this tuning")
     _applied = True
     return True
+
+
+def _rss_bytes() -> int:
+    """Resident set size now; where /proc is missing, the peak (getrusage) instead."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak if platform.system() == "Darwin" else peak * 1024  # macOS: bytes, Linux: KiB
+
+
+def _thread_count() -> int:
+    """OS threads of this process (torch's, gloo's and Ray's included), not only Python's."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Threads:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return threading.active_count()
+
+
+def _fd_count() -> int:
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return -1  # unknown on this system
+
+
+def process_stats() -> dict[str, float]:
+    """{'pid', 'rss_gb', 'fds', 'threads'} of this process; a few microseconds on Linux."""
+    return {"pid": os.getpid(), "rss_gb": _rss_bytes() / 1e9, "fds": _fd_count(), "threads": _thread_count()}

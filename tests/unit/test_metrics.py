@@ -271,3 +271,39 @@ def test_validation_errors():
     with pytest.raises(ValueError, match=r"infos_dict\['reward'\] has 1 rows"):
         process_validation_metrics(["s", "s"], ["a", "b"], {"reward": [1]})
     assert process_validation_metrics([], [], {"reward": []}) == {}
+
+
+def test_memory_metrics_driver_largest_rank_and_gpu_peak():
+    from hybrid.metrics import compute_memory_metrics
+
+    driver = {"pid": 1, "rss_gb": 0.7, "fds": 30, "threads": 20}
+    assert compute_memory_metrics(driver) == {"perf/cpu_memory_rss_gb": 0.7}
+    workers = [{"rss_gb": 2.1, "fds": 90, "threads": 60}, {"rss_gb": 2.4, "fds": 91, "threads": 61}]
+    assert compute_memory_metrics(driver, workers) == {"perf/cpu_memory_rss_gb": 0.7, "perf/worker_cpu_memory_rss_gb": 2.4}
+    gpus = [dict(w, max_memory_allocated_gb=10.0 + i, max_memory_reserved_gb=12.0) for i, w in enumerate(workers)]
+    metrics = compute_memory_metrics(driver, gpus)
+    assert metrics["perf/max_memory_allocated_gb"] == 11.0 and metrics["perf/max_memory_reserved_gb"] == 12.0
+
+
+def test_process_stats_reads_this_process():
+    import os
+    import threading
+
+    from workers.host_memory import process_stats
+
+    before = process_stats()
+    block = bytearray(64 * 2**20)  # touched: resident
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait)
+    thread.start()
+    try:
+        with open(os.devnull) as _:
+            after = process_stats()
+    finally:
+        stop.set()
+        thread.join()
+    assert before["pid"] == os.getpid()
+    assert after["rss_gb"] - before["rss_gb"] > 0.05
+    assert after["threads"] == before["threads"] + 1
+    assert after["fds"] == before["fds"] + 1
+    del block
