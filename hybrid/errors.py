@@ -214,9 +214,18 @@ def format_error(exc: BaseException, prog: str = "hybrid", debug: bool = False) 
     return f"{trace}{prog}: {message}\n"
 
 
+def _close_progress_bars() -> None:
+    """End any progress bar still open (a failure in the middle of training), so the message
+    starts on a line of its own. tqdm is looked up, not imported: see the module docstring."""
+    tqdm = sys.modules.get("tqdm")
+    for bar in list(getattr(getattr(tqdm, "tqdm", None), "_instances", ())):
+        bar.close()
+
+
 def report(exc: BaseException, prog: str = "hybrid") -> int:
     """Print `exc` for the user on stderr; returns the exit status."""
     text = format_error(exc, prog, debug_enabled())
+    _close_progress_bars()
     sys.stdout.flush()
     sys.stderr.write(text)
     sys.stderr.flush()

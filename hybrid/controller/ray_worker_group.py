@@ -9,12 +9,17 @@ with the actor-rollout-ref worker): each actor takes 1/max_colocate_count of its
 
 A failed or killed rank makes the call raise at once with the group, rank, class and
 method in the message; the group's other actors are killed, since they may be blocked in
-a collective with the dead rank and would otherwise hang.
+a collective with the dead rank and would otherwise hang. For a rank whose process died
+the message also names its node (recorded when the actor was placed) and the cause Ray
+reports, cut to one line (`death_cause`); Ray's whole report stays on the error's
+`__cause__`, which `HYBRID_DEBUG=1` prints. When a rank raises because its peer vanished
+from a collective, the peer's death is reported, not the symptom.
 """
 
 from __future__ import annotations
 
 import os
+import re
 
 import ray
 from ray.exceptions import RayActorError, RayError
@@ -28,6 +33,57 @@ from workers.engine_logs import ENGINE_LOG_DIR_ENV
 
 class WorkerFailedError(RuntimeError):
     pass
+
+
+# After one rank fails, how long the others may take to report that they died too: a rank
+# whose peer was killed mid-collective raises a connection error a moment before Ray has
+# noticed the death, and the death is the cause worth naming.
+DEATH_GRACE_S = 5.0
+
+_EXIT_TYPE = re.compile(r"Worker exit type: (\w+)(?: Worker exit detail: ([^.]*\.))?")
+_NODE_ID = re.compile(r"Node Id: ([0-9a-f]+)")
+_MEMORY = re.compile(r"Memory on the node \(IP: [^)]*\) was ([\d.]+ ?GB used / [\d.]+ ?GB limit)")
+
+
+def death_cause(report: str) -> str:
+    """Ray's report of a dead actor (`str(RayActorError)`, many lines) cut to the cause in
+    one line of words, e.g. 'its node died (terminated expectedly: received SIGTERM)'."""
+    if "because its node has died" in report:
+        node = _NODE_ID.search(report)
+        detail = next((line.strip() for line in report.splitlines() if "the actor's node was" in line), "")
+        detail = detail.replace("the actor's node was ", "")
+        return f"its node{' ' + node.group(1)[:8] if node else ''} died" + (f" ({detail})" if detail else "")
+    if "killed by `ray.kill`" in report:
+        return "it was killed with ray.kill"
+    exit_type = _EXIT_TYPE.search(report)
+    kind = exit_type.group(1) if exit_type else ""
+    if kind == "NODE_OUT_OF_MEMORY" or "running low on memory" in report:
+        memory = _MEMORY.search(report)
+        return "out of memory: Ray's memory monitor killed it" + (f" (memory on the node was {memory.group(1)})" if memory else "")
+    if kind == "SYSTEM_ERROR":
+        return ("its process ended without warning: killed by a signal (SIGKILL, the kernel's out-of-memory "
+                "killer) or crashed; Ray saw only its connection close")
+    if kind:
+        detail = exit_type.group(2) or ""
+        return f"its process exited ({kind.lower().replace('_', ' ')}{': ' + detail if detail else ''})"
+    if "because its owner has died" in report:
+        return "its owner (the driver process) died"
+    if "never ran" in report:
+        return "it never started (cancelled before it ran)"
+    if "is unavailable" in report:
+        return "it became unreachable (" + report.split("is unavailable:", 1)[1].split(".")[0].strip() + ")"
+    lines = [line.strip() for line in report.splitlines() if line.strip() and not line.startswith("\t")]
+    return lines[-1] if lines else "Ray gave no reason"
+
+
+def _place(info: dict | None, report: str) -> str:
+    """'node <ip> (id <id>, pid <pid>)' for a rank, from what it said at placement or,
+    failing that (it died while starting), Ray's report."""
+    if info:
+        node_id = f"id {info['node_id'][:8]}, " if info["node_id"] else ""
+        return f"node {info['node_ip']} ({node_id}pid {info['pid']})"
+    ip = re.search(r"\bip: (\S+)", report)
+    return f"node {ip.group(1)}" if ip else "an unknown node"
 
 
 class RayResourcePool:
@@ -114,8 +170,10 @@ class RayWorkerGroup(WorkerGroup):
                 options["num_gpus"] = share
             self.workers.append(remote_cls.options(**options).remote(*args, **kwargs))
         self._bind_worker_methods(worker_cls)
-        # Construction joins the process group: wait for it, so failures surface here.
-        self._execute("ping", [((), {})] * self.world_size)
+        self.placement: list[dict | None] = [None] * self.world_size
+        # Construction joins the process group: wait for it, so failures surface here. Each
+        # rank also says where it runs, for the message should it die later.
+        self.placement = self._execute("process_info", [((), {})] * self.world_size)
 
     def _execute(self, method_name: str, per_rank_calls):
         refs = [getattr(w, method_name).remote(*a, **kw) for w, (a, kw) in zip(self.workers, per_rank_calls)]
@@ -127,13 +185,37 @@ class RayWorkerGroup(WorkerGroup):
                 try:
                     ray.get(ref)
                 except RayError as err:
+                    rank, err = self._first_death(rank_of[ref], err, pending, rank_of)
                     self.kill()
-                    kind = "died" if isinstance(err, RayActorError) else "raised"
-                    raise WorkerFailedError(
-                        f"worker group {self.name!r}: rank {rank_of[ref]} ({self.worker_cls.__name__}) {kind} "
-                        f"in {method_name}(): {err}"
-                    ) from err
+                    raise self._failure(rank, method_name, err) from err
         return ray.get(refs)
+
+    def _first_death(self, rank: int, err: RayError, pending: list, rank_of: dict) -> tuple[int, RayError]:
+        """(rank, error) to report: `err` itself when it is a death, else a death among the
+        other ranks within DEATH_GRACE_S, else `err` (a rank that raised on its own)."""
+        if isinstance(err, RayActorError) or not pending:
+            return rank, err
+        done, _ = ray.wait(pending, num_returns=len(pending), timeout=DEATH_GRACE_S)
+        for ref in done:
+            try:
+                ray.get(ref)
+            except RayActorError as death:
+                return rank_of[ref], death
+            except RayError:
+                pass
+        return rank, err
+
+    def _failure(self, rank: int, method_name: str, err: RayError) -> WorkerFailedError:
+        who = f"worker group {self.name!r}: rank {rank} ({self.worker_cls.__name__})"
+        if not isinstance(err, RayActorError):
+            return WorkerFailedError(f"{who} raised in {method_name}(): {err}")
+        if err.actor_init_failed:  # its constructor raised: that traceback is the message
+            return WorkerFailedError(f"{who} failed to start: {err}")
+        report = str(err)
+        return WorkerFailedError(
+            f"{who} died in {method_name}() on {_place(self.placement[rank], report)}: {death_cause(report)}. "
+            "The run cannot go on without it; HYBRID_DEBUG=1 shows Ray's whole report."
+        )
 
     def kill(self) -> None:
         for worker in self.workers:
