@@ -8,7 +8,7 @@ import math
 
 import torch
 
-# Metrics that measure time differ between any two runs; everything else must match.
+# Metrics that measure time or memory differ between any two runs; everything else must match.
 TIME_KEYS = ("timing_s/", "timing_per_token_ms/", "perf/time_per_step", "perf/throughput", "perf/update_actor_s")
 
 
@@ -78,7 +78,7 @@ def train(cfg, probe_ids: torch.Tensor | None = None, inspect=None) -> dict:
 
 
 def comparable(metrics: dict) -> dict:
-    return {k: v for k, v in metrics.items() if not k.startswith(TIME_KEYS) and k != "step"}
+    return {k: v for k, v in metrics.items() if not k.startswith(TIME_KEYS) and "memory" not in k and k != "step"}
 
 
 def assert_metrics_close(a: dict, b: dict, tol: float = 1e-6) -> None:

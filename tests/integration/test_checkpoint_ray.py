@@ -1,7 +1,8 @@
 """Checkpoint and exact resume through Ray with two ranks (GRPO with a KL loss): each
 rank writes its own shards into the folder the driver names (an absolute path: Ray
 workers do not share the driver's working directory), and a run resumed from step 1
-reproduces step 2's metrics and the step-2 weights of the run that went on."""
+reproduces step 2's metrics and the step-2 weights of the run that went on; also with Ulysses
+sequence parallelism over the two ranks (one data-parallel group, both ranks one sequence)."""
 
 from __future__ import annotations
 
@@ -37,14 +38,16 @@ def ray_session():
     ray.shutdown()
 
 
-def test_two_rank_resume_is_exact(ray_session, tiny_model_dir, arithmetic_files, tmp_path, monkeypatch):
+@pytest.mark.parametrize("sp", [1, 2])
+def test_two_rank_resume_is_exact(ray_session, tiny_model_dir, arithmetic_files, tmp_path, monkeypatch, sp):
     monkeypatch.chdir(tmp_path)  # a relative default_local_dir, as run scripts write it
-    a = train(run_config(tiny_model_dir, arithmetic_files, "first", *RAY_RUN))
+    run = [*RAY_RUN, f"actor_rollout_ref.actor.ulysses_sequence_parallel_size={sp}"]
+    a = train(run_config(tiny_model_dir, arithmetic_files, "first", *run))
     first, second = tmp_path / "first", tmp_path / "second"
     files = sorted(p.name for p in (first / "global_step_1" / "actor").glob("model_world_size_*"))
     assert files == ["model_world_size_2_rank_0.safetensors", "model_world_size_2_rank_1.safetensors"]
     b = train(run_config(
-        tiny_model_dir, arithmetic_files, "second", *RAY_RUN,
+        tiny_model_dir, arithmetic_files, "second", *run,
         "trainer.resume_mode=resume_path", f"trainer.resume_from_path={first / 'global_step_1'}",
     ))
     assert [h["step"] for h in b["history"]] == [2]

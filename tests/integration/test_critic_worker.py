@@ -76,3 +76,33 @@ def test_critic_mini_batches_count_prompts(tiny_model_dir, batch):
     assert scheduler_steps == 1  # one scheduler step per update call, whatever the number of minis
     assert metrics["critic/lr"] == pytest.approx(1e-3)
     assert group.worker.critic.optimizer.state_dict()["state"][0]["step"].item() == 2
+
+
+def test_critic_sequence_parallel_matches_one_rank(tiny_model_dir, batch, reference):
+    """critic.ulysses_sequence_parallel_size=2 on 2 Ray ranks (one data-parallel group) gives
+    the one-rank values, loss and update."""
+    import ray
+
+    from hybrid.controller.ray_worker_group import RayResourcePool, RayWorkerGroup
+    from workers.critic_worker import CriticWorker
+
+    cfg = engine_config(tiny_model_dir, *CRITIC, "critic.ulysses_sequence_parallel_size=2", "trainer.n_gpus_per_node=2")
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    try:
+        pool = RayResourcePool(nnodes=1, slots_per_node=2, use_gpu=False)
+        group = RayWorkerGroup(pool, CriticWorker, cfg.critic, rollout_n=cfg.actor_rollout_ref.rollout.n, name="critic_sp")
+        group.init_model()
+        values = group.compute_values(batch).batch["values"]
+        data = batch.select(deepcopy=True)
+        data.batch["values"] = values
+        data.batch["returns"] = torch.linspace(-1, 1, values.numel()).view_as(values) * data.batch["response_mask"]
+        metrics = group.update_critic(data).meta_info["metrics"]
+        after = group.compute_values(batch).batch["values"]
+        group.shutdown()
+    finally:
+        ray.shutdown()
+    ref_values, ref_metrics, ref_after = reference
+    assert (values - ref_values).abs().max() <= TOL
+    assert abs(metrics["critic/vf_loss"] - ref_metrics["critic/vf_loss"]) <= TOL
+    assert (after - ref_after).abs().max() <= TOL
+    assert (after - values).abs().max() > 100 * TOL, "the update did not move the values"
