@@ -80,6 +80,30 @@ def _fd_count() -> int:
         return -1  # unknown on this system
 
 
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+def _malloc_in_use() -> int | None:
+    """Bytes malloc has handed out and not got back (glibc >= 2.33's mallinfo2: heap blocks
+    in use plus mmapped blocks); None elsewhere. Resident memory above this is memory the
+    allocator keeps: freed blocks, and holes between live ones."""
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return None
+    libc = ctypes.CDLL("libc.so.6")
+    if not hasattr(libc, "mallinfo2"):
+        return None
+    libc.mallinfo2.restype = _MallInfo2
+    info = libc.mallinfo2()
+    return int(info.uordblks + info.hblkhd)
+
+
 def process_stats() -> dict[str, float]:
-    """{'pid', 'rss_gb', 'fds', 'threads'} of this process; a few microseconds on Linux."""
-    return {"pid": os.getpid(), "rss_gb": _rss_bytes() / 1e9, "fds": _fd_count(), "threads": _thread_count()}
+    """{'pid', 'rss_gb', 'fds', 'threads'} of this process, and with glibc 'malloc_in_use_gb'
+    (see `_malloc_in_use`); well under a millisecond on Linux."""
+    stats = {"pid": os.getpid(), "rss_gb": _rss_bytes() / 1e9, "fds": _fd_count(), "threads": _thread_count()}
+    in_use = _malloc_in_use()
+    if in_use is not None:
+        stats["malloc_in_use_gb"] = in_use / 1e9
+    return stats

@@ -27,6 +27,7 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from hybrid.controller.base import WorkerGroup
+from hybrid.errors import debug_enabled
 from workers.base import find_free_port, node_ip_address
 from workers.engine_logs import ENGINE_LOG_DIR_ENV
 
@@ -74,6 +75,39 @@ def death_cause(report: str) -> str:
         return "it became unreachable (" + report.split("is unavailable:", 1)[1].split(".")[0].strip() + ")"
     lines = [line.strip() for line in report.splitlines() if line.strip() and not line.startswith("\t")]
     return lines[-1] if lines else "Ray gave no reason"
+
+
+# Worker processes of this driver's groups: Ray's paragraph about their death is replaced
+# by our one line (WorkerFailedError).
+_OWN_WORKER_PIDS: set[int] = set()
+_WORKER_DIED = re.compile(r"A worker died or was killed while executing a task.*Worker PID: (\d+)", re.S)
+
+
+def is_own_death_report(line: str) -> bool:
+    """True for the raylet's report that one of our ranks' processes died."""
+    match = _WORKER_DIED.search(line)
+    return bool(match) and int(match.group(1)) in _OWN_WORKER_PIDS
+
+
+def quiet_rays_death_reports() -> None:
+    """Keep Ray's driver from printing its paragraph (on stdout) when one of our ranks dies:
+    the run's `hybrid:` line names the rank, node and cause, and HYBRID_DEBUG=1 shows Ray's
+    report. Ray prints it from a thread through `ray._private.worker.print_to_stdstream`, a
+    private function: if it is not there (another Ray version) nothing is changed."""
+    import ray._private.worker as ray_worker
+
+    original = getattr(ray_worker, "print_to_stdstream", None)
+    if original is None or getattr(original, "hybrid_quiet", False) or debug_enabled():
+        return
+
+    def print_to_stdstream(data, *args, **kwargs):
+        lines = data["lines"] if isinstance(data, dict) and data.get("pid") == "raylet" else None
+        if lines and all(is_own_death_report(line) for line in lines):
+            return None
+        return original(data, *args, **kwargs)
+
+    print_to_stdstream.hybrid_quiet = True
+    ray_worker.print_to_stdstream = print_to_stdstream
 
 
 def _place(info: dict | None, report: str) -> str:
@@ -174,6 +208,8 @@ class RayWorkerGroup(WorkerGroup):
         # Construction joins the process group: wait for it, so failures surface here. Each
         # rank also says where it runs, for the message should it die later.
         self.placement = self._execute("process_info", [((), {})] * self.world_size)
+        _OWN_WORKER_PIDS.update(info["pid"] for info in self.placement)
+        quiet_rays_death_reports()
 
     def _execute(self, method_name: str, per_rank_calls):
         refs = [getattr(w, method_name).remote(*a, **kw) for w, (a, kw) in zip(self.workers, per_rank_calls)]

@@ -83,3 +83,26 @@ def test_message_names_rank_node_and_cause_in_one_line():
 def test_a_rank_that_died_while_starting_is_placed_from_rays_report():
     message = str(_Group([None, None])._failure(0, "process_info", _died(NODE_DIED)))
     assert "rank 0 (ActorRolloutRefWorker) died in process_info() on node 192.0.2.2: its node 4b9746c9 died" in message
+
+
+def test_rays_own_death_paragraph_is_recognised_for_our_ranks_only(monkeypatch):
+    from hybrid.controller import ray_worker_group as module
+
+    line = ("A worker died or was killed while executing a task by an unexpected system error. Lease ID: 01 Worker ID: 77 "
+            "Node ID: 38 Worker IP address: 192.0.2.2 Worker port: 45181 Worker PID: 22855 Worker exit type: SYSTEM_ERROR")
+    monkeypatch.setattr(module, "_OWN_WORKER_PIDS", {22855})
+    assert module.is_own_death_report(line)
+    assert not module.is_own_death_report(line.replace("22855", "22856"))  # another driver's worker: Ray says it
+    assert not module.is_own_death_report("Worker PID: 22855")
+
+
+def test_one_line_for_the_user_and_rays_whole_report_under_debug():
+    from hybrid.errors import format_error
+
+    group = _Group([{"pid": 4242, "node_ip": "10.0.0.7", "node_id": "6fab353e0837", "hostname": "h"}])
+    died = _died(SIGKILLED)
+    exc = group._failure(0, "update_actor", died)
+    exc.__cause__ = died  # as `_execute` raises it: `raise ... from err`
+    plain, debug = format_error(exc), format_error(exc, debug=True)
+    assert plain.startswith("hybrid: worker group 'actor_rollout': rank 0") and plain.count("\n") == 1
+    assert "Worker exit detail: Worker unexpectedly exits with a connection error code 2" in debug
