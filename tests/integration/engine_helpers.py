@@ -86,3 +86,31 @@ def synthetic_rollout(tokenizer, n: int = 2, response_length: int = 12, seed: in
         "response_mask": response_mask,
     }
     return with_advantages(DataProto.from_dict(tensors=tensors), seed=seed)
+
+
+def actor_group(cfg, ray_ranks: int | None):
+    """An actor-role worker group: one rank in process (None) or `ray_ranks` Ray ranks
+    (Ray must be running; the group keeps its pool as `.pool`)."""
+    from workers.actor_rollout_ref_worker import ActorRolloutRefWorker
+
+    if ray_ranks is None:
+        from hybrid.controller.local_worker_group import LocalWorkerGroup
+
+        group = LocalWorkerGroup(ActorRolloutRefWorker, cfg.actor_rollout_ref, role="actor")
+    else:
+        from hybrid.controller.ray_worker_group import RayResourcePool, RayWorkerGroup
+
+        pool = RayResourcePool(nnodes=1, slots_per_node=ray_ranks, use_gpu=False, cpus_per_slot=1)
+        group = RayWorkerGroup(pool, ActorRolloutRefWorker, cfg.actor_rollout_ref, role="actor", name=f"actor{ray_ranks}")
+        group.pool = pool
+    group.init_model()
+    return group
+
+
+def logp_update_logp(group, batch):
+    """Log-probs, one update's metrics, log-probs after it."""
+    before = group.compute_log_prob(batch).batch["old_log_probs"]
+    batch = batch.select(deepcopy=True).union(DataProto.from_dict(tensors={"old_log_probs": before}))
+    metrics = group.update_actor(batch).meta_info["metrics"]
+    after = group.compute_log_prob(batch).batch["old_log_probs"]
+    return before, metrics, after

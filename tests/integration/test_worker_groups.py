@@ -13,36 +13,11 @@ import torch
 
 from protocol.data_proto import DataProto
 
-from tests.integration.engine_helpers import engine_config, synthetic_rollout
+from tests.integration.engine_helpers import actor_group, engine_config, logp_update_logp, synthetic_rollout
 
 pytestmark = pytest.mark.integration
 
 TOL = 1e-5
-
-
-def _actor_group(cfg, ray_ranks: int | None):
-    from workers.actor_rollout_ref_worker import ActorRolloutRefWorker
-
-    if ray_ranks is None:
-        from hybrid.controller.local_worker_group import LocalWorkerGroup
-
-        group = LocalWorkerGroup(ActorRolloutRefWorker, cfg.actor_rollout_ref, role="actor")
-    else:
-        from hybrid.controller.ray_worker_group import RayResourcePool, RayWorkerGroup
-
-        pool = RayResourcePool(nnodes=1, slots_per_node=ray_ranks, use_gpu=False, cpus_per_slot=1)
-        group = RayWorkerGroup(pool, ActorRolloutRefWorker, cfg.actor_rollout_ref, role="actor", name=f"actor{ray_ranks}")
-        group.pool = pool
-    group.init_model()
-    return group
-
-
-def _logp_update_logp(group, batch):
-    before = group.compute_log_prob(batch).batch["old_log_probs"]
-    batch = batch.select(deepcopy=True).union(DataProto.from_dict(tensors={"old_log_probs": before}))
-    metrics = group.update_actor(batch).meta_info["metrics"]
-    after = group.compute_log_prob(batch).batch["old_log_probs"]
-    return before, metrics, after
 
 
 @pytest.fixture(scope="module")
@@ -62,16 +37,16 @@ def batch(tokenizer):
 @pytest.fixture(scope="module")
 def local_result(tiny_model_dir, batch):
     cfg = engine_config(tiny_model_dir, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2")
-    group = _actor_group(cfg, None)
-    return _logp_update_logp(group, batch)
+    group = actor_group(cfg, None)
+    return logp_update_logp(group, batch)
 
 
 @pytest.mark.parametrize("ranks", [1, 2])
 def test_ray_group_matches_in_process(ray_cluster, tiny_model_dir, batch, local_result, ranks):
     cfg = engine_config(tiny_model_dir, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2")
-    group = _actor_group(cfg, ranks)
+    group = actor_group(cfg, ranks)
     try:
-        before, metrics, after = _logp_update_logp(group, batch)
+        before, metrics, after = logp_update_logp(group, batch)
     finally:
         group.shutdown()
         group.pool.remove()
@@ -96,7 +71,7 @@ def test_ray_group_matches_in_process(ray_cluster, tiny_model_dir, batch, local_
 )
 def test_micro_batching_modes_match(tiny_model_dir, batch, local_result, overrides):
     cfg = engine_config(tiny_model_dir, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", *overrides)
-    before, metrics, after = _logp_update_logp(_actor_group(cfg, None), batch)
+    before, metrics, after = logp_update_logp(actor_group(cfg, None), batch)
     ref_before, ref_metrics, ref_after = local_result
     mask = batch.batch["response_mask"].bool()
     assert (before - ref_before)[mask].abs().max() <= TOL
@@ -108,7 +83,7 @@ def test_on_policy_update_without_old_log_probs_matches(tiny_model_dir, batch, l
     """Skipping the old log-prob pass (one optimizer step per batch) gives the same update,
     and the update itself reports entropy and the engine/trainer gap."""
     cfg = engine_config(tiny_model_dir, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2")
-    group = _actor_group(cfg, None)
+    group = actor_group(cfg, None)
     ref_before, ref_metrics, ref_after = local_result
     mask = batch.batch["response_mask"].bool()
     shifted = (ref_before - 0.25) * mask  # a stand-in engine log-prob 0.25 off on every valid token
@@ -124,7 +99,7 @@ def test_on_policy_update_without_old_log_probs_matches(tiny_model_dir, batch, l
 
 def test_update_without_old_log_probs_refuses_several_steps(tiny_model_dir, batch):
     cfg = engine_config(tiny_model_dir, "actor_rollout_ref.actor.ppo_mini_batch_size=2")
-    group = _actor_group(cfg, None)
+    group = actor_group(cfg, None)
     with pytest.raises(ValueError, match="only valid for one optimizer step on the whole batch"):
         group.update_actor(batch.select(deepcopy=True))
 
@@ -135,7 +110,7 @@ def test_killed_worker_raises_naming_it(ray_cluster, tiny_model_dir, batch):
     from hybrid.controller.ray_worker_group import WorkerFailedError
 
     cfg = engine_config(tiny_model_dir)
-    group = _actor_group(cfg, 2)
+    group = actor_group(cfg, 2)
     try:
         ray.kill(group.workers[1], no_restart=True)
         start = time.time()
@@ -188,9 +163,9 @@ def test_sequence_parallel_matches_one_rank(ray_cluster, tiny_model_dir, batch, 
         tiny_model_dir, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
         "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2", "trainer.n_gpus_per_node=2", *overrides,
     )
-    group = _actor_group(cfg, 2)
+    group = actor_group(cfg, 2)
     try:
-        before, metrics, after = _logp_update_logp(group, batch)
+        before, metrics, after = logp_update_logp(group, batch)
     finally:
         group.shutdown()
         group.pool.remove()
