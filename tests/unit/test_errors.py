@@ -425,3 +425,20 @@ def test_more_input_mistakes_in_process(tmp_path, monkeypatch):
                                 "called as f(data_source, solution_str, ground_truth, extra_info)")
     found = problems_of("actor_rollout_ref.model.path=noweights")
     assert found[0].endswith("has config.json but no weights (*.safetensors or pytorch_model*.bin)")
+
+
+def test_report_closes_an_open_progress_bar_so_the_message_has_its_own_line(capsys):
+    """A failure in the middle of training leaves tqdm's bar open on stderr: report ends it
+    (with its newline) before the `hybrid:` line."""
+    import sys
+
+    from tqdm import tqdm
+
+    from hybrid.errors import HybridError, report
+
+    bar = tqdm(total=10, desc="training", file=sys.stderr)
+    bar.update(3)
+    report(HybridError("a worker died"))
+    err = capsys.readouterr().err
+    assert bar not in tqdm._instances
+    assert "\nhybrid: a worker died\n" in err and err.rstrip("\n").endswith("hybrid: a worker died")
