@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -110,7 +111,7 @@ def plot_soak(records: list[dict], from_step: int, path: Path) -> Path:
         ax.set_ylabel(titles[key])
         ax.grid(True, alpha=0.3)
     axes[0].set_title(f"soak run: {records[-1]['step']} steps (dotted: step {from_step}, end of warm-up)")
-    axes[0].legend(fontsize="small")
+    axes[0].legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
     axes[-1].set_xlabel("step")
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
@@ -217,6 +218,7 @@ def parse_args(argv=None):
     parser.add_argument("--out", type=Path, default=Path("outputs/soak"))
     parser.add_argument("--plot", type=Path, default=None, help="PNG path (default <out>/soak_memory.png)")
     parser.add_argument("--override", nargs="*", default=[], help="extra config overrides KEY=VALUE")
+    parser.add_argument("--records", type=Path, default=None, help="summarize and plot this soak.jsonl; no training")
     return parser.parse_args(argv)
 
 
@@ -225,6 +227,11 @@ def main(argv=None) -> None:
     from hybrid.defaults import default_model_path
 
     args = parse_args(argv)
+    if args.records is not None:
+        records = [json.loads(line) for line in args.records.read_text().splitlines()]
+        print(format_summary(summarize(records, args.from_step), args.from_step, records[-1]["step"]))
+        print(f"plot: {plot_soak(records, args.from_step, args.plot or args.records.with_suffix('.png'))}")
+        return
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     args.out.mkdir(parents=True, exist_ok=True)
     model_dir = build_tiny_model(args.out / "tiny_model", default_model_path())
@@ -232,6 +239,7 @@ def main(argv=None) -> None:
     log_path = args.out / "soak.jsonl"
     log_path.unlink(missing_ok=True)
     run_dir = args.out / "run"
+    shutil.rmtree(run_dir, ignore_errors=True)  # a checkpoint left there would resume, not soak
     started = time.time()
     records = train(soak_config(args, model_dir, files, run_dir), log_path)
     minutes = (time.time() - started) / 60
