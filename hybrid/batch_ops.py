@@ -92,6 +92,28 @@ def compute_advantage(batch: DataProto, algorithm_config) -> None:
     tensors["returns"] = returns
 
 
+def pf_ppo_weights(scores: torch.Tensor, method: str, weight_pow: float) -> torch.Tensor:
+    """verl's PF-PPO sampling weights of sequence scores: `pow` |score|^weight_pow,
+    `max_min` 1 for the batch's best and worst scores and 0 otherwise, `max_random` 0.4
+    for the best and 0.1 otherwise; every weight at least 1e-8 (after adding it)."""
+    if method == "pow":
+        weights = scores.abs().pow(weight_pow)
+    elif method == "max_min":
+        weights = ((scores == scores.max()) | (scores == scores.min())).to(scores.dtype)
+    elif method == "max_random":
+        weights = scores.new_full(scores.shape, 0.1).masked_fill(scores == scores.max(), 0.4)
+    else:
+        raise ValueError(f"algorithm.pf_ppo.reweight_method={method!r} must be pow, max_min or max_random")
+    return torch.clamp(weights + 1e-8, min=1e-8)
+
+
+def pf_ppo_resample(batch: DataProto, pf_ppo, generator: torch.Generator) -> DataProto:
+    """As many rows as the batch has, drawn with replacement by their PF-PPO weights."""
+    scores = batch.batch["token_level_scores"].sum(-1).double()
+    weights = pf_ppo_weights(scores, pf_ppo.reweight_method, float(pf_ppo.weight_pow))
+    return batch[torch.multinomial(weights, len(batch), replacement=True, generator=generator)]
+
+
 def group_metric_values(batch: DataProto, metric: str, extra_info: dict) -> np.ndarray:
     if metric in ("seq_reward", "score"):
         return batch.batch["token_level_scores"].sum(-1).numpy()

@@ -233,9 +233,17 @@ def _first_bad(values: list, bad) -> tuple[int, int] | None:
 def _check_rows(path: str, data) -> tuple[int, Counter]:
     """Rows of one data file and its data_source counts; ValueError names what is wrong."""
     prompt_key, source_key = data.prompt_key, data.reward_fn_key
-    rows, names, values = _read(path, [prompt_key, source_key, "reward_model"])
+    media = {data.image_key: "data.image_key", data.video_key: "data.video_key"}
+    rows, names, values = _read(path, [prompt_key, source_key, "reward_model", *media])
     if rows == 0:
         raise ValueError(f"data file {path} has no rows")
+    for column, key in media.items():
+        used = _first_bad(values.get(column, []), lambda v: v is not _MISSING and v is not None and v != [])
+        if used:
+            raise ValueError(
+                f"data file {path} row {used[0]} has {column!r} ({key}; {used[1]} of {rows} rows): hybrid trains "
+                f"text-only models and cannot feed images or videos to the model; drop the column or use text prompts"
+            )
     for key, column, why in ((prompt_key, "data.prompt_key", "the prompt"),
                              (source_key, "data.reward_fn_key", "it picks the scorer")):
         if key not in names:

@@ -26,6 +26,7 @@ from hybrid.batch_ops import (
     compute_advantage,
     group_metric_values,
     kept_group_indices,
+    pf_ppo_resample,
 )
 from hybrid.checkpointing import load_checkpoint, save_checkpoint, save_on_stop, should_save
 from hybrid.core_algos import agg_loss, get_kl_controller, kl_in_reward
@@ -296,6 +297,10 @@ class PPOTrainer:
             else:
                 batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
             compute_advantage(batch, cfg.algorithm)
+            if cfg.algorithm.use_pf_ppo:
+                # Seeded by step, so a resumed run draws the same rows.
+                generator = torch.Generator().manual_seed(cfg.trainer.seed * 1_000_003 + self.global_steps)
+                batch = pf_ppo_resample(batch, cfg.algorithm.pf_ppo, generator)
 
         if self.use_critic:
             with timed("update_critic", timing):

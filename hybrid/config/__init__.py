@@ -33,6 +33,33 @@ CONFIG_NAME = "ppo_trainer"
 # legal, so new ones are accepted without `+` (keys end with one of these dotted suffixes).
 FREE_FORM_SUFFIXES = ("engine_kwargs.vllm", "override_config", "reward_kwargs", "apply_chat_template_kwargs", "env_kwargs")
 
+# verl sections for what hybrid does not have: any key inside is refused with the reason
+# (rather than "unknown key"), so a verl script's user learns what is missing.
+_GENERATIVE_RM = (
+    "verl's reward_model.rollout section configures the inference engine that serves the reward model in its "
+    "reward loop (reward_model.use_reward_loop=true), which hybrid does not have: its reward model scores rows "
+    "with a forward pass in its own worker (reward_model.enable=true, reward_model.model.path); remove these keys"
+)
+_SANDBOX = "hybrid has no sandbox code execution; score code in a custom reward function (custom_reward_function.path)"
+_ENGINES = "hybrid's rollout engines are vllm and hf (transformers' generate); remove these keys"
+REFUSED_SECTIONS = {
+    "reward_model.rollout": _GENERATIVE_RM,
+    "reward_model.sandbox_fusion": _SANDBOX,
+    "sandbox_fusion": _SANDBOX,
+    "global_profiler.global_tool_config.nsys": "NVIDIA Nsight profiling is not supported; use global_profiler.tool=torch",
+    "global_profiler.global_tool_config.npu": "Ascend NPU profiling is not supported; use global_profiler.tool=torch",
+    "actor_rollout_ref.rollout.engine_kwargs.sglang": _ENGINES,
+    "actor_rollout_ref.rollout.engine_kwargs.trtllm": _ENGINES,
+}
+
+
+def refused_section_reason(key: str) -> str | None:
+    """The reason a key inside one of REFUSED_SECTIONS is refused, or None."""
+    for section, reason in REFUSED_SECTIONS.items():
+        if key == section or key.startswith(section + "."):
+            return reason
+    return None
+
 
 def _parse(overrides: Sequence[str]) -> list[Any]:
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -108,9 +135,16 @@ def check_override_keys(overrides: Sequence[str], cfg: DictConfig) -> None:
     """
     paths, dicts = config_paths(cfg)
     problems = []
+    refused: dict[str, list[str]] = {}
     for override in _parse(overrides):
         key = override.key_or_group
-        if override.is_add() or override.is_force_add() or _is_hydra_key(key):
+        if _is_hydra_key(key):
+            continue
+        reason = refused_section_reason(key)
+        if reason is not None and not override.is_delete():
+            refused.setdefault(reason, []).append(key)
+            continue
+        if override.is_add() or override.is_force_add():
             continue
         if key in paths or _is_free_form(key, dicts):
             continue
@@ -123,8 +157,10 @@ def check_override_keys(overrides: Sequence[str], cfg: DictConfig) -> None:
             hint = "no similar key exists; `--cfg job` lists all keys"
         what = "cannot delete" if override.is_delete() else "unknown config key"
         problems.append(f"{what} {key!r} in override {override.input_line!r}: {hint}")
+    problems += [f"{', '.join(keys)}: {reason}" for reason, keys in refused.items()]
     if problems:
-        lines = problems + ["to add a new key on purpose, write +key=value"]
+        unknown = any(p.startswith(("unknown config key", "cannot delete")) for p in problems)
+        lines = problems + (["to add a new key on purpose, write +key=value"] if unknown else [])
         raise ConfigError("\n".join(lines))
 
 

@@ -77,6 +77,8 @@ class DataConfig:
     val_files: Paths | None
     prompt_key: str
     reward_fn_key: str
+    image_key: str  # hybrid/preflight.py refuses data files with values in this column (text only)
+    video_key: str
     max_prompt_length: PositiveInt
     max_response_length: PositiveInt
     train_batch_size: PositiveInt
@@ -141,6 +143,7 @@ class ActorConfig:
     skip_old_log_prob_on_policy: bool
     entropy_from_logits_with_chunking: bool  # both values: entropy is always chunked
     entropy_checkpointing: bool  # true needs the fused output layer (model.use_fused_kernels not false)
+    freeze_vision_tower: Annotated[bool, Fixed((False,), "hybrid trains text-only models, which have no vision tower")]
     use_prefix_grouper: bool | None  # null: on when rollout.n > 1 and rows are packed (workers/shared_prefix.py)
     ulysses_sequence_parallel_size: PositiveInt  # ranks that split each sequence (workers/ulysses.py)
     optim: ActorOptimConfig

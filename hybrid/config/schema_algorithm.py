@@ -26,6 +26,14 @@ class KLControlConfig:
 
 
 @dataclass(frozen=True)
+class PFPPOConfig:
+    """verl's PF-PPO: after GAE, the batch is resampled by weights of the sequence scores."""
+
+    reweight_method: Annotated[str, OneOf(lambda: ("pow", "max_min", "max_random"))]
+    weight_pow: float
+
+
+@dataclass(frozen=True)
 class FilterGroupsConfig:
     enable: bool
     metric: str
@@ -112,6 +120,8 @@ class AlgorithmConfig:
     kl_penalty: str
     kl_ctrl: KLControlConfig
     filter_groups: FilterGroupsConfig
+    use_pf_ppo: bool
+    pf_ppo: PFPPOConfig
     rollout_correction: RolloutCorrectionConfig
 
 
@@ -142,6 +152,7 @@ class TrainerConfig:
     merge_on_finish: bool
     plot_on_finish: bool
     ray_wait_register_center_timeout: PositiveInt
+    use_legacy_worker_impl: Annotated[str, Fixed(("auto",), "hybrid has one worker implementation (verl chooses between two)")]
     seed: int
 
     @property

@@ -28,6 +28,7 @@ class FSDPConfig:
     reshard_after_forward: bool
     mixed_precision: Annotated[str, MIXED_PRECISION]
     forward_prefetch: bool  # FSDP2 explicit forward prefetch, layer i -> i+1 (workers/fsdp_utils.apply_fsdp2)
+    use_orig_params: bool  # FSDP1 only (flat parameters); FSDP2 always keeps the original ones, as verl's fsdp2 path
     wrap_policy: WrapPolicyConfig
 
 

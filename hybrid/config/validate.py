@@ -297,6 +297,11 @@ def _check_algorithm(config: HybridConfig, problems: Problems) -> None:
             "algorithm.adv_estimator='remax' with actor_rollout_ref.rollout.multi_turn.enable=True: remax's greedy "
             "baseline rollout is single-turn; choose grpo, rloo or another group estimator"
         )
+    if algo.use_pf_ppo is True and _ok(algo.adv_estimator) and algo.adv_estimator != "gae":
+        problems.add(
+            f"algorithm.use_pf_ppo=True resamples the batch after GAE's advantages (verl applies it with gae only), but "
+            f"algorithm.adv_estimator={algo.adv_estimator!r}; set adv_estimator=gae or use_pf_ppo=false"
+        )
     if arr.actor.use_kl_loss is True and algo.use_kl_in_reward is True:
         problems.add(
             f"{ARR}.actor.use_kl_loss=True and algorithm.use_kl_in_reward=True are mutually "

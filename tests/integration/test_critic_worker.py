@@ -21,12 +21,19 @@ CRITIC = [
 ]
 
 
-def _critic_update(tiny_model_dir, batch, *overrides):
+def _critic_update(tiny_model_dir, batch, *overrides, ray_ranks: int | None = None):
+    """Values, one update's metrics, values after it: one rank in process, or `ray_ranks`."""
     from hybrid.controller.local_worker_group import LocalWorkerGroup
+    from hybrid.controller.ray_worker_group import RayResourcePool, RayWorkerGroup
     from workers.critic_worker import CriticWorker
 
     cfg = engine_config(tiny_model_dir, *CRITIC, *overrides)
-    group = LocalWorkerGroup(CriticWorker, cfg.critic, rollout_n=cfg.actor_rollout_ref.rollout.n, name="critic")
+    n = cfg.actor_rollout_ref.rollout.n
+    if ray_ranks is None:
+        group = LocalWorkerGroup(CriticWorker, cfg.critic, rollout_n=n, name="critic")
+    else:
+        pool = RayResourcePool(nnodes=1, slots_per_node=ray_ranks, use_gpu=False)
+        group = RayWorkerGroup(pool, CriticWorker, cfg.critic, rollout_n=n, name=f"critic{ray_ranks}")
     group.init_model()
     values = group.compute_values(batch).batch["values"]
     data = batch.select(deepcopy=True)
@@ -83,21 +90,11 @@ def test_critic_sequence_parallel_matches_one_rank(tiny_model_dir, batch, refere
     the one-rank values, loss and update."""
     import ray
 
-    from hybrid.controller.ray_worker_group import RayResourcePool, RayWorkerGroup
-    from workers.critic_worker import CriticWorker
-
-    cfg = engine_config(tiny_model_dir, *CRITIC, "critic.ulysses_sequence_parallel_size=2", "trainer.n_gpus_per_node=2")
     ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
     try:
-        pool = RayResourcePool(nnodes=1, slots_per_node=2, use_gpu=False)
-        group = RayWorkerGroup(pool, CriticWorker, cfg.critic, rollout_n=cfg.actor_rollout_ref.rollout.n, name="critic_sp")
-        group.init_model()
-        values = group.compute_values(batch).batch["values"]
-        data = batch.select(deepcopy=True)
-        data.batch["values"] = values
-        data.batch["returns"] = torch.linspace(-1, 1, values.numel()).view_as(values) * data.batch["response_mask"]
-        metrics = group.update_critic(data).meta_info["metrics"]
-        after = group.compute_values(batch).batch["values"]
+        group, values, metrics, after = _critic_update(
+            tiny_model_dir, batch, "critic.ulysses_sequence_parallel_size=2", "trainer.n_gpus_per_node=2", ray_ranks=2
+        )
         group.shutdown()
     finally:
         ray.shutdown()

@@ -56,9 +56,11 @@ def tiny_run_config(model_dir, files, out_dir, *extra):
     "algo",
     [
         ["algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.ppo_mini_batch_size=4"],
-        ["algorithm.adv_estimator=gae", "algorithm.use_kl_in_reward=true"],
+        # GAE also with Ulysses over both ranks (actor, reference, critic) and PF-PPO's resampling.
+        ["algorithm.adv_estimator=gae", "algorithm.use_kl_in_reward=true", "algorithm.use_pf_ppo=true",
+         "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2", "critic.ulysses_sequence_parallel_size=2"],
     ],
-    ids=["grpo", "gae"],
+    ids=["grpo", "gae_sp_pfppo"],
 )
 def test_two_steps_through_ray(tiny_model_dir, arithmetic_files, tmp_path, algo):
     import ray

@@ -61,7 +61,7 @@ def script_config(name, shim, args_file, *extra, env=None):
 
 def test_every_example_is_checked():
     scripts = {p.name for p in EXAMPLES.glob("*.sh")}
-    # The SkyRL-dialect script is checked in tests/unit/test_dialects.py.
+    # The SkyRL-dialect script is checked in tests/unit/test_dialects_skyrl.py.
     assert scripts == set(ARITHMETIC_SCRIPTS) | {"gsm8k_grpo.sh", "skyrl_grpo_arithmetic.sh", "multi_turn_arithmetic_retry.sh"}
 
 

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from hybrid.config import build_config
+from hybrid.config import ConfigError, build_config
 from tests.unit.test_typed_config import problems_of
 
 ARR = "actor_rollout_ref"
@@ -52,6 +52,16 @@ def test_verl_example_script_overrides_compose():
         f"{ARR}.ref.entropy_from_logits_with_chunking=True",
         f"{ARR}.ref.entropy_checkpointing=True",
         f"{ARR}.actor.use_prefix_grouper=True",
+        f"{ARR}.actor.ulysses_sequence_parallel_size=2",
+        f"{ARR}.ref.ulysses_sequence_parallel_size=2",
+        "critic.ulysses_sequence_parallel_size=2",
+        "trainer.n_gpus_per_node=2",
+        f"{ARR}.actor.fsdp_config.use_orig_params=True",
+        "trainer.use_legacy_worker_impl=auto",
+        "algorithm.adv_estimator=gae",
+        "algorithm.use_pf_ppo=True",
+        "algorithm.pf_ppo.reweight_method=max_min",
+        "data.image_key=images",
     ])
     arr = config.actor_rollout_ref
     assert arr.model.use_shm and arr.rollout.layered_summon and arr.actor.fsdp_config.forward_prefetch
@@ -89,6 +99,13 @@ def test_defaults_are_verls_neutral_values():
         (f"{ARR}.model.fused_kernel_options.impl_backend=triton", "written in torch"),
         (f"{ARR}.model.use_fused_kernels=False {ARR}.actor.entropy_checkpointing=True", "needs the fused output layer"),
         (f"{ARR}.model.use_fused_kernels=False {ARR}.ref.entropy_checkpointing=True", "needs the fused output layer"),
+        ("trainer.use_legacy_worker_impl=disable", "hybrid has one worker implementation"),
+        (f"{ARR}.actor.freeze_vision_tower=True", "text-only models"),
+        ("algorithm.use_pf_ppo=True", "verl applies it with gae only"),
+        (f"{ARR}.ref.ulysses_sequence_parallel_size=2", "set them equal"),
+        (f"trainer.n_gpus_per_node=3 {ARR}.actor.ulysses_sequence_parallel_size=2", "does not divide world size 3"),
+        ("trainer.n_gpus_per_node=4 critic.enable=true critic.ulysses_sequence_parallel_size=4 "
+         "critic.ppo_micro_batch_size_per_gpu=5", "/ critic.ulysses_sequence_parallel_size=4) = 32 samples per device"),
     ],
 )
 def test_values_hybrid_lacks_are_refused_with_the_reason(override, reason):
@@ -313,3 +330,86 @@ def test_step_profiler_writes_a_chrome_trace(tmp_path):
     assert os.listdir(tmp_path / "actor") == ["step2-3_rank0.json"]  # rank 1 is not selected
     trace = json.loads((tmp_path / "actor" / "step2-3_rank0.json").read_text())
     assert any("mm" in str(event.get("name", "")) for event in trace["traceEvents"])
+
+
+# ---------------------------------------------------------------- sections refused whole
+
+
+@pytest.mark.parametrize(
+    ("overrides", "reason"),
+    [
+        (["reward_model.rollout.name=vllm", "reward_model.rollout.tensor_model_parallel_size=1"], "reward loop"),
+        (["reward_model.sandbox_fusion.url=http://x", "reward_model.sandbox_fusion.max_concurrent=8"], "no sandbox"),
+        (["global_profiler.global_tool_config.nsys.discrete=True"], "Nsight"),
+        (["+actor_rollout_ref.rollout.engine_kwargs.trtllm.batch_wait_timeout_iters=32"], "vllm and hf"),
+    ],
+)
+def test_verl_sections_hybrid_lacks_are_refused_in_one_line(overrides, reason):
+    with pytest.raises(ConfigError) as err:
+        build_config(overrides)
+    lines = str(err.value).splitlines()
+    keys = ", ".join(o.lstrip("+").split("=")[0] for o in overrides)
+    assert lines == [next(line for line in lines if line.startswith(keys + ": "))]
+    assert reason in lines[0]
+
+
+# ---------------------------------------------------------------- PF-PPO
+
+
+def test_pf_ppo_weights_by_hand():
+    from hybrid.batch_ops import pf_ppo_weights
+
+    scores = torch.tensor([2.0, -1.0, 0.0, 2.0], dtype=torch.float64)
+    eps = 1e-8
+    assert pf_ppo_weights(scores, "pow", 2.0).tolist() == pytest.approx([4 + eps, 1 + eps, eps, 4 + eps], abs=0)
+    assert pf_ppo_weights(scores, "max_min", 2.0).tolist() == pytest.approx([1 + eps, 1 + eps, eps, 1 + eps], abs=0)
+    assert pf_ppo_weights(scores, "max_random", 2.0).tolist() == pytest.approx([0.4 + eps, 0.1 + eps, 0.1 + eps, 0.4 + eps], abs=0)
+
+
+def test_pf_ppo_resample_draws_rows_by_weight():
+    import numpy as np
+
+    from hybrid.batch_ops import pf_ppo_resample
+    from hybrid.config.schema_algorithm import PFPPOConfig
+    from protocol.data_proto import DataProto
+
+    scores = torch.zeros(4, 3)
+    scores[0, -1], scores[3, -1] = 1.0, 3.0  # rows 1 and 2 score 0: weight 1e-8 under pow
+    batch = DataProto.from_dict(
+        tensors={"token_level_scores": scores, "row": torch.arange(4)}, non_tensors={"uid": np.array(list("abcd"), dtype=object)}
+    )
+    config = PFPPOConfig(reweight_method="pow", weight_pow=1.0)
+    draws = [pf_ppo_resample(batch, config, torch.Generator().manual_seed(seed)) for seed in range(200)]
+    rows = torch.cat([d.batch["row"] for d in draws])
+    assert len(draws[0]) == 4 and set(rows.tolist()) <= {0, 3}
+    assert 0.70 < float((rows == 3).float().mean()) < 0.80  # 3 / (1 + 3)
+    assert list(draws[0].non_tensor_batch["uid"]) == ["abcd"[i] for i in draws[0].batch["row"].tolist()]
+    again = pf_ppo_resample(batch, config, torch.Generator().manual_seed(0))
+    assert torch.equal(again.batch["row"], draws[0].batch["row"])  # seeded: a resumed step draws the same rows
+
+
+# ---------------------------------------------------------------- multimodal data
+
+
+def test_data_files_with_images_or_videos_are_refused(tmp_path):
+    from hybrid.preflight import Findings, check_data_files
+
+    def row(**extra):
+        return json.dumps({"prompt": [{"role": "user", "content": "1+1?"}], "data_source": "arith",
+                           "reward_model": {"ground_truth": "2"}, **extra})
+
+    (tmp_path / "text.jsonl").write_text("\n".join([row(images=None), row(images=[])]) + "\n")
+    (tmp_path / "pictures.jsonl").write_text("\n".join([row(), row(images=[{"image": "a.png"}]), row(images=["b.png"])]) + "\n")
+    (tmp_path / "clips.jsonl").write_text(row(clips=["c.mp4"]) + "\n")
+    config = build_config([
+        f"data.train_files=[{tmp_path / 'text.jsonl'},{tmp_path / 'pictures.jsonl'}]", f"data.val_files={tmp_path / 'clips.jsonl'}",
+        "data.video_key=clips", "data.train_batch_size=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+    ])
+    found = Findings()
+    check_data_files(config, found)
+    assert found.problems == [
+        f"data.train_files: data file {tmp_path / 'pictures.jsonl'} row 1 has 'images' (data.image_key; 2 of 3 rows): hybrid "
+        "trains text-only models and cannot feed images or videos to the model; drop the column or use text prompts",
+        f"data.val_files: data file {tmp_path / 'clips.jsonl'} row 0 has 'clips' (data.video_key; 1 of 1 rows): hybrid "
+        "trains text-only models and cannot feed images or videos to the model; drop the column or use text prompts",
+    ]
