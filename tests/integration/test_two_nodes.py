@@ -2,13 +2,15 @@
 2 CPUs each) that the driver joins through RAY_ADDRESS, as it joins a `ray start` cluster.
 
 - `trainer.nnodes=2 trainer.n_gpus_per_node=1` places one rank on each node (each worker
-  process is a child of a different raylet) and trains to the end;
+  process is a child of a different raylet) and trains to the end, logging the driver's and
+  the largest rank's resident memory every step;
 - removing the second node in the middle of the run ends it with status 1 within 60 s and
   one `hybrid:` line saying the rank's node died, no traceback, and no worker left.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from pathlib import Path
@@ -84,7 +86,10 @@ def test_one_rank_per_node_trains_to_the_end(cluster, tiny_model_dir, arithmetic
         proc.wait()
     assert proc.returncode == 0, err[-3000:]
     assert sorted(placed.values()) == sorted([_raylet_pid(cluster.head_node), _raylet_pid(cluster.second)]), placed
-    assert len((root / "metrics.jsonl").read_text().splitlines()) == 3
+    steps = [json.loads(line) for line in (root / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in steps] == [1, 2, 3]
+    for metrics in steps:  # host memory of the driver and of the largest rank, every step
+        assert 0.1 < metrics["perf/cpu_memory_rss_gb"] < metrics["perf/worker_cpu_memory_rss_gb"] < 20
 
 
 def test_losing_a_node_ends_the_run_in_one_line(cluster, tiny_model_dir, arithmetic_files, tmp_path):
