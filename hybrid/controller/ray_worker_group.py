@@ -43,6 +43,7 @@ DEATH_GRACE_S = 5.0
 
 _EXIT_TYPE = re.compile(r"Worker exit type: (\w+)(?: Worker exit detail: ([^.]*\.))?")
 _NODE_ID = re.compile(r"Node Id: ([0-9a-f]+)")
+_UNAVAILABLE = re.compile(r"is unavailable: ([^.]*)")
 _MEMORY = re.compile(r"Memory on the node \(IP: [^)]*\) was ([\d.]+ ?GB used / [\d.]+ ?GB limit)")
 
 
@@ -71,8 +72,9 @@ def death_cause(report: str) -> str:
         return "its owner (the driver process) died"
     if "never ran" in report:
         return "it never started (cancelled before it ran)"
-    if "is unavailable" in report:
-        return "it became unreachable (" + report.split("is unavailable:", 1)[1].split(".")[0].strip() + ")"
+    unavailable = _UNAVAILABLE.search(report)
+    if unavailable:
+        return f"it became unreachable ({unavailable.group(1).strip()})"
     lines = [line.strip() for line in report.splitlines() if line.strip() and not line.startswith("\t")]
     return lines[-1] if lines else "Ray gave no reason"
 

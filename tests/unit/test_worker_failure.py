@@ -45,9 +45,11 @@ USER_EXIT = HEAD + (
         (OOM, "out of memory: Ray's memory monitor killed it (memory on the node was 22.10GB used / 23.00GB limit)"),
         (USER_EXIT, "its process exited (intended user exit: Worker exits by an user request.)"),
         (HEAD + "The actor is dead because its owner has died. Owner Id: 01000000", "its owner (the driver process) died"),
+        ("The actor 4a5b is unavailable: The actor is temporarily unavailable: RpcError. The task may or may not "
+         "have been executed on the actor.", "it became unreachable (The actor is temporarily unavailable: RpcError)"),
         ("something new\nthat Ray may say one day", "that Ray may say one day"),
     ],
-    ids=["sigkill", "node", "ray.kill", "oom", "user-exit", "owner", "unknown"],
+    ids=["sigkill", "node", "ray.kill", "oom", "user-exit", "owner", "unavailable", "unknown"],
 )
 def test_death_cause_is_one_line(report, cause):
     assert death_cause(report) == cause
