@@ -39,9 +39,12 @@ def init_ray_if_needed(config) -> None:
         if os.environ.get(name):
             env[name] = os.environ[name]
     kwargs = {"runtime_env": {"env_vars": env}, "include_dashboard": False, "logging_level": "WARNING"}
-    # A cluster started with `ray start` (RAY_ADDRESS set) owns its resources; a private
-    # one-node cluster gets at least one CPU slot per rank.
+    # A cluster started with `ray start` (RAY_ADDRESS set) owns its resources. A one-node run
+    # on the host starts a private cluster with at least one CPU slot per rank, even when
+    # another run's cluster is up on this machine (ray.init would join that one, and refuse
+    # num_cpus there).
     if not os.environ.get("RAY_ADDRESS") and not is_cuda_available() and config.trainer.nnodes == 1:
+        kwargs["address"] = "local"
         kwargs["num_cpus"] = max(os.cpu_count() or 1, config.world_size)
     ray.init(**kwargs)
 

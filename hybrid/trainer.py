@@ -185,7 +185,7 @@ class PPOTrainer:
                 greedy.meta_info["do_sample"] = False
                 greedy_out = self._generate(greedy)
                 self._multi_turn_metrics(greedy_out)  # not the step's rollout: not logged
-                base = batch.union(greedy_out)
+                base = batch.select().union(greedy_out)  # union fills its receiver: keep batch as it was
                 base_scores, _ = self._score(base, self.reward_fn)
                 baselines = base_scores.sum(-1)
         batch = batch.repeat(repeat_times=n, interleave=True).union(gen_out)

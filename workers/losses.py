@@ -510,6 +510,36 @@ def compute_policy_loss_gpg(
     return pg_loss, _metrics(0.0, ppo_kl, 0.0, pg_loss)
 
 
+@register_policy_loss("geo_mean")
+def compute_policy_loss_geo_mean(
+    old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None, rollout_is_weights=None
+):
+    """GMPO (https://arxiv.org/abs/2507.20673), verl's ``geo_mean``: the sequence ratio is the
+    geometric mean of the token ratios, each token's log-ratio first clipped PPO-style on the
+    side its advantage's sign picks (``sgn(A) * min(sgn(A) r, sgn(A) clip(r))`` in log space);
+    the loss is ``-mean_t(A) * ratio`` per sequence, averaged over the micro-batch's rows
+    whatever ``loss_agg_mode`` says (verl's definition, sequence-level advantages). Token
+    importance weights enter as their geometric mean per sequence. The clip fractions count
+    tokens whose log-ratio was clipped, by the sign of their advantage."""
+    low, high = _clip_range(config)
+    mask = response_mask.to(log_prob.dtype)
+    neg_kl = log_prob - old_log_prob
+    sign = torch.sign(advantages)
+    neg_kl_clamped = torch.clamp(neg_kl, -low, high)
+    neg_kl_min = sign * torch.minimum(sign * neg_kl, sign * neg_kl_clamped)
+    tokens = mask.sum(dim=-1)
+    ratio = torch.exp((neg_kl_min * mask).sum(dim=-1) / (tokens + 1e-8))
+    advantage = (advantages * mask).sum(dim=-1) / (tokens + 1e-8)
+    pg_losses = -advantage * ratio
+    if rollout_is_weights is not None:
+        pg_losses = pg_losses * torch.exp((torch.log(rollout_is_weights + 1e-10) * mask).sum(dim=-1) / (tokens + 1e-8))
+    pg_loss = pg_losses.mean()
+    clipped = torch.ne(neg_kl, neg_kl_clamped)
+    clipfrac = masked_mean((clipped & (advantages > 0)).float(), response_mask)
+    clipfrac_lower = masked_mean((clipped & (advantages < 0)).float(), response_mask)
+    return pg_loss, _metrics(clipfrac, masked_mean(-neg_kl, response_mask), clipfrac_lower, pg_loss)
+
+
 def compute_policy_loss_reinforce(
     rollout_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None, rollout_is_weights=None
 ):

@@ -497,3 +497,39 @@ def test_value_loss_by_hand():
     (grad,) = torch.autograd.grad(vf_loss, vpreds)
     # 0.5 * d(v - R)^2 / 3 = (v - R) / 3 where unclipped wins; the clipped value is constant in v
     close(grad, [[-1 / 3, 1 / 3, 0.0, 0.0]])
+
+
+def test_geo_mean_gmpo_against_a_per_token_loop():
+    """GMPO (verl's geo_mean) by hand: clip each token's log-ratio on its advantage's side,
+    geometric mean per sequence, -mean(A) * ratio, mean over rows; gradients by autograd."""
+    import math
+    from types import SimpleNamespace
+
+    from workers.losses import get_policy_loss_fn
+
+    old = torch.tensor([[-1.0, -2.0, -0.5], [-0.3, -1.2, -2.0]], dtype=torch.float64)
+    new = torch.tensor([[-0.7, -2.5, -0.4], [-0.9, -1.0, -1.0]], dtype=torch.float64, requires_grad=True)
+    adv = torch.tensor([[1.0, 1.0, 1.0], [-2.0, -2.0, -2.0]], dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1]], dtype=torch.float64)
+    config = SimpleNamespace(clip_ratio=0.2, clip_ratio_low=0.2, clip_ratio_high=0.28)
+    loss, metrics = get_policy_loss_fn("geo_mean")(old, new, adv, mask, "token-mean", config)
+    expected, clipped_pos, clipped_neg = 0.0, 0, 0
+    for row in range(2):
+        logs, advs = [], []
+        for t in range(3):
+            if not mask[row, t]:
+                continue
+            r, a = float(new[row, t] - old[row, t]), float(adv[row, t])
+            c = min(max(r, -0.2), 0.28)
+            logs.append(math.copysign(1, a) * min(math.copysign(1, a) * r, math.copysign(1, a) * c))
+            advs.append(a)
+            clipped_pos += c != r and a > 0
+            clipped_neg += c != r and a < 0
+        expected += -(sum(advs) / len(advs)) * math.exp(sum(logs) / len(logs)) / 2
+    assert float(loss) == pytest.approx(expected, rel=1e-7)  # verl divides by tokens + 1e-8
+    assert float(metrics["actor/pg_clipfrac"]) == pytest.approx(clipped_pos / 5)
+    assert float(metrics["actor/pg_clipfrac_lower"]) == pytest.approx(clipped_neg / 5)
+    loss.backward()
+    # Row 0 (A > 0): token 0's log-ratio 0.3 is clipped at 0.28 (no gradient), token 1's -0.5
+    # is kept (the min passes low values), token 2 is masked.
+    assert new.grad[0, 0] == 0 and new.grad[0, 1] != 0 and new.grad[0, 2] == 0
