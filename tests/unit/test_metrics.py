@@ -286,13 +286,17 @@ def test_memory_metrics_driver_largest_rank_and_gpu_peak():
 
 
 def test_process_stats_reads_this_process():
+    import mmap
     import os
     import threading
 
     from workers.host_memory import process_stats
 
     before = process_stats()
-    block = bytearray(64 * 2**20)  # touched: resident
+    # A fresh mapping, written: resident. (A bytearray could reuse memory the allocator
+    # already holds in a long test session, leaving RSS unchanged.)
+    block = mmap.mmap(-1, 64 * 2**20)
+    block.write(b"\x01" * (64 * 2**20))
     stop = threading.Event()
     thread = threading.Thread(target=stop.wait)
     thread.start()
@@ -306,4 +310,4 @@ def test_process_stats_reads_this_process():
     assert after["rss_gb"] - before["rss_gb"] > 0.05
     assert after["threads"] == before["threads"] + 1
     assert after["fds"] == before["fds"] + 1
-    del block
+    block.close()
