@@ -53,6 +53,8 @@ def check_inputs(config) -> None:
     """Raise InputError listing every problem with the inputs `config` names."""
     found = Findings()
     check_model_folders(config, found)
+    if not found.problems:
+        check_model_settings(config, found)
     sources = check_data_files(config, found)
     check_reward(config, sources, found)
     check_output_dir(config, found)
@@ -105,6 +107,40 @@ def check_model_folders(config, found: Findings) -> None:
         if problem:
             also = f" (also {', '.join(keys[1:])})" if len(keys) > 1 else ""
             found.add(f"{keys[0]}{also}: {problem}")
+
+
+def check_model_settings(config, found: Findings) -> None:
+    """Settings the model's config.json can refuse before it loads: the fused output layer
+    insisted on for a model that transforms its logits, more sequence-parallel ranks than
+    attention heads."""
+    from workers.response_head import logit_transform
+
+    arr = config.actor_rollout_ref
+    models = [("actor_rollout_ref", arr.model.path, arr.actor.ulysses_sequence_parallel_size)]
+    if config.use_critic:
+        models.append(("critic", config.critic.model.path, config.critic.ulysses_sequence_parallel_size))
+    for section, path, sp in models:
+        model_config = _model_config(path)
+        if model_config is None:
+            continue
+        reason = logit_transform(model_config)
+        if section == "actor_rollout_ref" and arr.model.use_fused_kernels is True and reason:
+            found.add(f"actor_rollout_ref.model.use_fused_kernels=True, but {_shown(path)} cannot use the fused output "
+                      f"layer: {reason}; set it to null (the full logits then) or false")
+        heads = model_config.get("num_attention_heads")
+        if isinstance(heads, int) and sp > heads:
+            key = f"{section}.actor" if section == "actor_rollout_ref" else section
+            found.add(f"{key}.ulysses_sequence_parallel_size={sp} is more than the {heads} attention heads of "
+                      f"{_shown(path)}; use at most {heads}")
+
+
+def _model_config(path: str | None) -> dict | None:
+    """A local model folder's config.json as a dict, or None (hub ids, placeholders)."""
+    full = os.path.join(os.path.abspath(os.path.expanduser(str(path or ""))), "config.json")
+    if not path or _placeholder(path) or not os.path.isfile(full):
+        return None
+    with open(full) as f:
+        return json.load(f)
 
 
 def _in_hub_cache(repo_id: str) -> bool:

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 # Rows per chunk keep one chunk's fp32 logits near this many elements (64 MiB).
 _CHUNK_ELEMS = 1 << 24
 # Config attributes that change logits after the output layer: those models keep the plain path.
-_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier")
+LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier")
 
 
 def fused_head_unsupported(model) -> str | None:
@@ -33,9 +33,13 @@ def fused_head_unsupported(model) -> str | None:
     head = model.get_output_embeddings()
     if type(head) is not torch.nn.Linear:
         return f"its output layer is a {type(head).__name__}, not a plain Linear"
-    config = model.config
-    for name in _LOGIT_TRANSFORMS:
-        value = getattr(config, name, None)
+    return logit_transform(vars(model.config))
+
+
+def logit_transform(model_config: dict) -> str | None:
+    """The setting of a model config (its dict) that transforms logits after the output layer."""
+    for name in LOGIT_TRANSFORMS:
+        value = model_config.get(name)
         if value not in (None, 1, 1.0):
             return f"its config sets {name}={value}, which transforms the logits after the output layer"
     return None

@@ -413,3 +413,29 @@ def test_data_files_with_images_or_videos_are_refused(tmp_path):
         f"data.val_files: data file {tmp_path / 'clips.jsonl'} row 0 has 'clips' (data.video_key; 1 of 1 rows): hybrid "
         "trains text-only models and cannot feed images or videos to the model; drop the column or use text prompts",
     ]
+
+
+def test_model_settings_its_config_refuses_are_found_before_loading(tmp_path):
+    from hybrid.preflight import Findings, check_model_settings
+
+    folder = tmp_path / "capped"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(
+        {"model_type": "gemma2", "final_logit_softcapping": 30.0, "num_attention_heads": 2}
+    ))
+    config = build_config([
+        f"{ARR}.model.path={folder}", f"{ARR}.model.use_fused_kernels=True", "trainer.n_gpus_per_node=4",
+        f"{ARR}.actor.ulysses_sequence_parallel_size=4", "critic.enable=true", "critic.ulysses_sequence_parallel_size=4",
+    ])
+    found = Findings()
+    check_model_settings(config, found)
+    assert found.problems == [
+        f"{ARR}.model.use_fused_kernels=True, but {str(folder)!r} cannot use the fused output layer: its config sets "
+        "final_logit_softcapping=30.0, which transforms the logits after the output layer; set it to null (the full "
+        "logits then) or false",
+        f"{ARR}.actor.ulysses_sequence_parallel_size=4 is more than the 2 attention heads of {str(folder)!r}; use at most 2",
+        f"critic.ulysses_sequence_parallel_size=4 is more than the 2 attention heads of {str(folder)!r}; use at most 2",
+    ]
+    found = Findings()
+    check_model_settings(build_config([f"{ARR}.model.path={folder}"]), found)  # null: full logits, no SP
+    assert found.problems == []
