@@ -12,13 +12,11 @@ import torch
 TIME_KEYS = ("timing_s/", "timing_per_token_ms/", "perf/time_per_step", "perf/throughput", "perf/update_actor_s")
 
 
-def run_config(model_dir, files, out_dir, *extra):
-    from hybrid.config import load_config, validate_config
-
-    # Saving and merging at the end costs a child process; tests that want it say so.
-    pinned = [] if any(e.startswith("trainer.merge_on_finish=") for e in extra) else ["trainer.merge_on_finish=false"]
-    cfg = load_config([
-        *pinned,
+def tiny_run(model_dir, files, out_dir) -> list[str]:
+    """The overrides every small run of the tiny model shares: the hf engine in fp32, 4
+    prompts x 2 samples of up to 8 tokens, no validation, the file logger. Callers add the
+    run's length, saving, worker group and ranks (each key once: Hydra refuses repeats)."""
+    return [
         f"actor_rollout_ref.model.path={model_dir}",
         f"data.train_files={files['train']}",
         f"data.val_files={files['val']}",
@@ -30,18 +28,29 @@ def run_config(model_dir, files, out_dir, *extra):
         "actor_rollout_ref.rollout.n=2",
         "actor_rollout_ref.actor.ppo_mini_batch_size=2",
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
-        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
-        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4",
-        "actor_rollout_ref.actor.optim.lr=1e-3",
         "actor_rollout_ref.actor.fsdp_config.mixed_precision=fp32",
-        "critic.ppo_micro_batch_size_per_gpu=2",
-        "trainer.n_gpus_per_node=1",
-        "trainer.worker_group=local",
-        "trainer.total_training_steps=4",
         "trainer.test_freq=-1",
         "trainer.val_before_train=false",
         "trainer.logger=[file]",
         f"trainer.default_local_dir={out_dir}",
+    ]
+
+
+def run_config(model_dir, files, out_dir, *extra):
+    from hybrid.config import load_config, validate_config
+
+    # Saving and merging at the end costs a child process; tests that want it say so.
+    pinned = [] if any(e.startswith("trainer.merge_on_finish=") for e in extra) else ["trainer.merge_on_finish=false"]
+    cfg = load_config([
+        *pinned,
+        *tiny_run(model_dir, files, out_dir),
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4",
+        "actor_rollout_ref.actor.optim.lr=1e-3",
+        "critic.ppo_micro_batch_size_per_gpu=2",
+        "trainer.n_gpus_per_node=1",
+        "trainer.worker_group=local",
+        "trainer.total_training_steps=4",
         *extra,
     ])
     validate_config(cfg)

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.checkpoint_helpers import tiny_run
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -43,27 +45,12 @@ def _command(model_dir, files, root, held: bool = False) -> list[str]:
     program = ["-c", HELD_AT_STEP_2] if held else ["-m", "hybrid.main_ppo"]
     return [
         sys.executable, *program,
-        f"actor_rollout_ref.model.path={model_dir}",
-        f"data.train_files={files['train']}",
-        f"data.val_files={files['val']}",
-        "data.train_batch_size=4",
-        "data.max_prompt_length=64",
-        "data.max_response_length=8",
-        "actor_rollout_ref.rollout.name=hf",
-        "actor_rollout_ref.rollout.dtype=float32",
-        "actor_rollout_ref.rollout.n=2",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
-        "actor_rollout_ref.actor.fsdp_config.mixed_precision=fp32",
+        *tiny_run(model_dir, files, root),
         "trainer.n_gpus_per_node=1",
         "trainer.worker_group=local",
         "trainer.total_training_steps=3",
         "trainer.save_freq=1",
         "trainer.merge_on_finish=false",
-        "trainer.test_freq=-1",
-        "trainer.val_before_train=false",
-        "trainer.logger=[file]",
-        f"trainer.default_local_dir={root}",
     ]
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.checkpoint_helpers import assert_metrics_close, run_config
+from tests.integration.checkpoint_helpers import assert_metrics_close, run_config, tiny_run
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -150,27 +150,12 @@ runpy.run_module("hybrid.main_ppo", run_name="__main__", alter_sys=True)
 
 def _command_line(model_dir, files, root) -> list[str]:
     return [
-        f"actor_rollout_ref.model.path={model_dir}",
-        f"data.train_files={files['train']}",
-        f"data.val_files={files['val']}",
-        "data.train_batch_size=4",
-        "data.max_prompt_length=64",
-        "data.max_response_length=8",
-        "actor_rollout_ref.rollout.name=hf",
-        "actor_rollout_ref.rollout.dtype=float32",
-        "actor_rollout_ref.rollout.n=2",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
-        "actor_rollout_ref.actor.fsdp_config.mixed_precision=fp32",
+        *tiny_run(model_dir, files, root),
         "trainer.n_gpus_per_node=1",
         "trainer.worker_group=ray",
         "trainer.total_training_steps=20",
         "trainer.save_freq=10",
         "trainer.merge_on_finish=false",
-        "trainer.test_freq=-1",
-        "trainer.val_before_train=false",
-        "trainer.logger=[file]",
-        f"trainer.default_local_dir={root}",
     ]
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.checkpoint_helpers import tiny_run
 from tests.integration.test_preemption import session_processes
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -34,28 +35,13 @@ def arithmetic_files(tmp_path_factory):
 def command_line(model_dir, files, root, *extra) -> list[str]:
     return [
         sys.executable, "-m", "hybrid.main_ppo",
-        f"actor_rollout_ref.model.path={model_dir}",
-        f"data.train_files={files['train']}",
-        f"data.val_files={files['val']}",
-        "data.train_batch_size=4",
-        "data.max_prompt_length=64",
-        "data.max_response_length=8",
-        "actor_rollout_ref.rollout.name=hf",
-        "actor_rollout_ref.rollout.dtype=float32",
-        "actor_rollout_ref.rollout.n=2",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
-        "actor_rollout_ref.actor.fsdp_config.mixed_precision=fp32",
+        *tiny_run(model_dir, files, root),
         "trainer.n_gpus_per_node=2",
         "trainer.worker_group=ray",
         "trainer.total_training_steps=200",
         "trainer.save_freq=-1",
         "trainer.merge_on_finish=false",
         "trainer.plot_on_finish=false",
-        "trainer.test_freq=-1",
-        "trainer.val_before_train=false",
-        "trainer.logger=[file]",
-        f"trainer.default_local_dir={root}",
         *extra,
     ]
 
