@@ -97,7 +97,7 @@ class DataParallelPPOActor:
         tensors = data.batch.select(*keys).to(current_device())
         log_probs = torch.zeros(data.batch["responses"].shape, dtype=torch.float32)
         entropy = torch.zeros_like(log_probs) if calculate_entropy else None
-        for idx in micro_batches(data.batch, self._batching(batching), self.world_size):
+        for idx in micro_batches(data.batch, batching.for_model(self.share_prompts, self.sp), self.world_size):
             index = torch.tensor(idx)
             micro = {k: tensors[k][index] for k in keys}
             lp, ent = self.forward_micro(micro, temperature, calculate_entropy)
@@ -106,8 +106,6 @@ class DataParallelPPOActor:
                 entropy[index] = ent.cpu()
         return log_probs, entropy
 
-    def _batching(self, batching: MicroBatching) -> MicroBatching:
-        return batching.for_model(self.share_prompts, self.sp.size if self.sp else 1)
 
     # ------------------------------------------------------------------ update
     def update_policy(self, data: DataProto, temperature: float, mini_batch_size: int) -> dict[str, float]:
@@ -137,7 +135,9 @@ class DataParallelPPOActor:
             epochs=cfg.ppo_epochs,
             shuffle=cfg.shuffle,
             seed=cfg.data_loader_seed if cfg.data_loader_seed is not None else 0,
-            micro=self._batching(MicroBatching(cfg.ppo_micro_batch_size_per_gpu, cfg.use_dynamic_bsz, cfg.ppo_max_token_len_per_gpu)),
+            micro=MicroBatching(cfg.ppo_micro_batch_size_per_gpu, cfg.use_dynamic_bsz, cfg.ppo_max_token_len_per_gpu).for_model(
+                self.share_prompts, self.sp
+            ),
             seq_level=cfg.loss_agg_mode.startswith("seq-mean"),
         )
         metrics = self.step.run(data, keys, plan, loss)

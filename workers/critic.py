@@ -63,13 +63,11 @@ class DataParallelPPOCritic:
         keys = ["responses", "input_ids", "attention_mask", "position_ids", "response_mask"]
         tensors = data.batch.select(*keys).to(current_device())
         values = torch.zeros(data.batch["responses"].shape, dtype=torch.float32)
-        for idx in micro_batches(data.batch, self._batching(batching), self.world_size):
+        for idx in micro_batches(data.batch, batching.for_model(self.share_prompts, self.sp), self.world_size):
             index = torch.tensor(idx)
             values[index] = self.values_micro({k: tensors[k][index] for k in keys}).cpu()
         return values
 
-    def _batching(self, batching: MicroBatching) -> MicroBatching:
-        return batching.for_model(self.share_prompts, self.sp.size if self.sp else 1)
 
     def update_critic(self, data: DataProto, mini_batch_size: int) -> dict[str, float]:
         """One value update on this rank's rows; `mini_batch_size` is in samples per rank."""
@@ -80,7 +78,9 @@ class DataParallelPPOCritic:
             epochs=cfg.ppo_epochs,
             shuffle=cfg.shuffle,
             seed=CRITIC_SHUFFLE_SEED,
-            micro=self._batching(MicroBatching(cfg.ppo_micro_batch_size_per_gpu, cfg.use_dynamic_bsz, cfg.ppo_max_token_len_per_gpu)),
+            micro=MicroBatching(cfg.ppo_micro_batch_size_per_gpu, cfg.use_dynamic_bsz, cfg.ppo_max_token_len_per_gpu).for_model(
+                self.share_prompts, self.sp
+            ),
             seq_level=cfg.loss_agg_mode.startswith("seq-mean"),
         )
         return self.step.run(data, keys, plan, self._micro_loss)

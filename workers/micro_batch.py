@@ -20,6 +20,7 @@ import torch.distributed as dist
 
 from workers.device import current_device
 from workers.shared_prefix import group_token_counts, pack_shared, prompt_groups
+from workers.ulysses import SequenceParallel
 
 
 @dataclass(frozen=True)
@@ -37,11 +38,11 @@ class MicroBatching:
     max_token_len: int
     share_prompts: bool = False
 
-    def for_model(self, share_prompts: bool, sequence_parallel: int) -> MicroBatching:
+    def for_model(self, share_prompts: bool, sp: SequenceParallel | None) -> MicroBatching:
         """As a model's passes run it: prompt-once or not, and a token budget that is per
-        device of a sequence-parallel group, so the group's rows get `sequence_parallel`
-        times as many (verl's rule)."""
-        return replace(self, share_prompts=share_prompts, max_token_len=self.max_token_len * sequence_parallel)
+        device of a sequence-parallel group `sp`, so the group's rows get sp.size times as
+        many (verl's rule)."""
+        return replace(self, share_prompts=share_prompts, max_token_len=self.max_token_len * (sp.size if sp else 1))
 
 
 def micro_batches(tensors, batching: MicroBatching, world_size: int) -> list[list[int]]:

@@ -126,6 +126,7 @@ class SequenceSplit:
         }
         self.inputs = {**inputs, **sliced, "ulysses": UlyssesAttention(sp, total, local_len)}
         self.mine = (keep >= start) & (keep < start + local_len)
+        self.mine_index = self.mine.nonzero().squeeze(-1)  # log-probs and entropy both gather through it
         self.keep = keep[self.mine] - start
 
     def local(self, values: torch.Tensor) -> torch.Tensor:
@@ -135,7 +136,7 @@ class SequenceSplit:
         if self.sp is None:
             return values
         whole = values.new_zeros((self.mine.numel(), *values.shape[1:]))
-        whole = whole.index_put((self.mine.nonzero().squeeze(-1),), values)
+        whole = whole.index_put((self.mine_index,), values)
         return differentiable_all_reduce(whole, group=self.sp.group)
 
 

@@ -159,6 +159,22 @@ def _command_line(model_dir, files, root) -> list[str]:
     ]
 
 
+def processes_left(proc) -> list[str]:
+    """Those of the ended run's session still alive after 20 s (Ray's own processes end
+    just after the driver)."""
+    deadline = time.time() + 20
+    while session_processes(proc.pid) and time.time() < deadline:
+        time.sleep(0.5)
+    return session_processes(proc.pid)
+
+
+def kill_session(proc) -> None:
+    """SIGKILL whatever the run's session still has, and reap the run."""
+    for line in session_processes(proc.pid):
+        os.kill(int(line.split()[0]), signal.SIGKILL)
+    proc.wait()
+
+
 def session_processes(sid: int) -> list[str]:
     """'pid name' of every live process in session `sid` (read from /proc: Linux)."""
     found = []
@@ -197,14 +213,9 @@ def test_sigterm_through_the_command_line_with_ray(tiny_model_dir, arithmetic_fi
             time.sleep(0.1)
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=120)
-        deadline = time.time() + 20  # Ray's own processes end just after the driver
-        while session_processes(proc.pid) and time.time() < deadline:
-            time.sleep(0.5)
-        left = session_processes(proc.pid)
+        left = processes_left(proc)
     finally:
-        for line in session_processes(proc.pid):
-            os.kill(int(line.split()[0]), signal.SIGKILL)
-        proc.wait()
+        kill_session(proc)
     assert proc.returncode == 143, err[-3000:]
     checkpoint = root / "global_step_2"
     assert f"hybrid: stopped by SIGTERM after step 2 of 20; checkpoint: {checkpoint}" in err

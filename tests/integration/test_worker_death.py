@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.checkpoint_helpers import tiny_run
-from tests.integration.test_preemption import session_processes
+from tests.integration.test_preemption import kill_session, processes_left, session_processes
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -89,14 +89,9 @@ def test_sigkilled_worker_ends_the_run_naming_rank_node_and_cause(tiny_model_dir
         killed_at = time.time()
         out, err = proc.communicate(timeout=120)
         took = time.time() - killed_at
-        deadline = time.time() + 20  # Ray's own processes end just after the driver
-        while session_processes(proc.pid) and time.time() < deadline:
-            time.sleep(0.5)
-        left = session_processes(proc.pid)
+        left = processes_left(proc)
     finally:
-        for line in session_processes(proc.pid):
-            os.kill(int(line.split()[0]), signal.SIGKILL)
-        proc.wait()
+        kill_session(proc)
     print(f"the run ended {took:.1f} s after the kill; stdout's last lines:\n" + "\n".join(out.splitlines()[-5:])
           + "\nstderr's last lines:\n" + "\n".join(err.splitlines()[-3:]))
     assert proc.returncode == 1, err[-3000:]
