@@ -7,16 +7,25 @@ every engine start, so ours is handed to it as a dictConfig file (`VLLM_LOGGING_
 The driver names the folder (`ENGINE_LOG_DIR_ENV`, set from `trainer.default_local_dir` and
 passed to every worker); each rank appends to `engine_rank<R>.log` there. `HYBRID_DEBUG=1`,
 or a `VLLM_LOGGING_CONFIG_PATH` of the user's, leaves vLLM's logging as vLLM sets it.
+
+Some start-up notices bypass Python altogether: torch's C++ warnings (TORCH_WARN, e.g. the
+NUMA binding notice of vLLM's CPU worker) are written by c10 straight to file descriptor 2,
+and torch has no switch for them short of `TORCH_CPP_LOG_LEVEL`, which is read once at
+import and would hide every C++ warning of the whole run. `stderr_to_engine_log` sends
+descriptor 2 to the same file for the engine's construction only.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import re
+import sys
 import tempfile
 import warnings
+from collections.abc import Iterator
 
 ENGINE_LOG_DIR_ENV = "HYBRID_ENGINE_LOG_DIR"
 CONFIG_PATH_ENV = "VLLM_LOGGING_CONFIG_PATH"
@@ -111,3 +120,47 @@ def quiet_engine_before_import() -> str | None:
     # vLLM's own use of a deprecated torch name, printed with the source lines at import.
     warnings.filterwarnings("ignore", message=r"`torch\.distributed\.reduce_op` is deprecated", category=FutureWarning)
     return path
+
+
+def _flush_python_streams() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:
+            with contextlib.suppress(Exception):
+                stream.flush()
+
+
+@contextlib.contextmanager
+def stderr_to_engine_log(log_path: str | None) -> Iterator[None]:
+    """Everything written to file descriptor 2 inside the block (C/C++ writes as well as
+    Python's sys.stderr) is appended to `log_path` instead of reaching the console; the
+    descriptor is restored on the way out, exception or not. `None` (HYBRID_DEBUG=1, the
+    user's own vLLM logging config, no run folder) leaves stderr alone.
+
+    For the engine's construction only: what it writes there is start-up chatter (torch's
+    NUMA binding notice), its warnings worth reading go through vLLM's logger to stdout,
+    and an exception still propagates with its message; a note then says where the
+    engine's stderr output of the window went."""
+    if not log_path:
+        yield
+        return
+    _flush_python_streams()
+    saved = os.dup(2)
+    try:
+        log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.dup2(log_fd, 2)
+        finally:
+            os.close(log_fd)
+        failed = False
+        try:
+            yield
+        except Exception:
+            failed = True
+            raise
+        finally:
+            _flush_python_streams()
+            os.dup2(saved, 2)
+            if failed:
+                print(f"hybrid: the rollout engine's stderr output during its start is in {log_path}", file=sys.stderr, flush=True)
+    finally:
+        os.close(saved)

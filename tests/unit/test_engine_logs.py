@@ -8,6 +8,9 @@ import json
 import logging
 import logging.config
 import os
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
@@ -80,3 +83,59 @@ def test_model_loading_hides_transformers_progress_bar_unless_debugging(monkeypa
     monkeypatch.setenv("HYBRID_DEBUG", "1")
     with _no_progress_bar():
         assert hf_logging.is_progress_bar_enabled()
+
+
+def test_stderr_of_the_engine_start_goes_to_the_engine_log_and_comes_back(tmp_path, capfd):
+    log = tmp_path / "engine_rank0.log"
+    log.write_text("earlier line\n")
+    with engine_logs.stderr_to_engine_log(str(log)):
+        os.write(2, b"[W utils.cpp:68] Warning: NUMA binding: from C level\n")  # what c10 does
+    os.write(2, b"after the block\n")
+    captured = capfd.readouterr()
+    assert captured.err == "after the block\n"
+    assert log.read_text().splitlines() == ["earlier line", "[W utils.cpp:68] Warning: NUMA binding: from C level"]
+    # No log file (HYBRID_DEBUG=1, the user's logging config): stderr is left alone.
+    with engine_logs.stderr_to_engine_log(None):
+        os.write(2, b"shown\n")
+    assert capfd.readouterr().err == "shown\n"
+
+
+def test_an_engine_that_fails_to_start_still_raises_and_says_where_its_stderr_went(tmp_path, capfd):
+    log = tmp_path / "engine_rank0.log"
+    with pytest.raises(RuntimeError, match="engine refused"):
+        with engine_logs.stderr_to_engine_log(str(log)):
+            os.write(2, b"C++ detail of the failure\n")
+            raise RuntimeError("engine refused")
+    os.write(2, b"restored\n")
+    err = capfd.readouterr().err
+    assert err.splitlines() == [f"hybrid: the rollout engine's stderr output during its start is in {log}", "restored"]
+    assert log.read_text() == "C++ detail of the failure\n"
+
+
+def test_torchs_numa_notice_from_vllms_cpu_op_lands_in_the_log(tmp_path):
+    """The real notice: vLLM's `init_cpu_memory_env` op (CPU builds) warns through c10's
+    logging, past Python; run in a child so the memory binding stays there (and so that
+    sys.stderr is the process's descriptor 2, as in a run, not pytest's capture)."""
+    pytest.importorskip("vllm")
+    log = tmp_path / "engine_rank0.log"
+    code = textwrap.dedent(
+        f"""
+        import sys, torch, vllm._C
+        from workers.engine_logs import stderr_to_engine_log
+        if not hasattr(torch.ops._C, "init_cpu_memory_env"):
+            raise SystemExit(3)
+        with stderr_to_engine_log({str(log)!r}):
+            torch.ops._C.init_cpu_memory_env([0])
+            print("python stderr inside", file=sys.stderr)
+        print("python stderr after", file=sys.stderr)
+        """
+    )
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120)
+    if done.returncode == 3:
+        pytest.skip("this vLLM build has no CPU memory binding op")
+    assert done.returncode == 0, done.stderr
+    console = done.stdout + done.stderr
+    assert "NUMA binding" not in console and "inside" not in console and "python stderr after" in done.stderr
+    written = log.read_text()
+    assert "NUMA binding" in written and "python stderr inside" in written and "after" not in written

@@ -24,7 +24,7 @@ import torch
 
 from protocol.data_proto import DataProto
 from workers.device import is_cuda_available, resolve_dtype_name
-from workers.engine_logs import quiet_engine_before_import
+from workers.engine_logs import quiet_engine_before_import, stderr_to_engine_log
 from workers.rollout.base import (
     ROLLOUT,
     GeneratedTurn,
@@ -40,9 +40,11 @@ from workers.rollout.base import (
 from workers.rollout.multi_turn import MultiTurnLoop
 
 
-def _prepare_environment(config) -> None:
+def _prepare_environment(config) -> str | None:
+    """Sets the variables vLLM reads; returns the engine log file (None: vLLM's logging left
+    as it is)."""
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    quiet_engine_before_import()
+    log_path = quiet_engine_before_import()
     if not is_cuda_available():
         space = float(config.cpu_kvcache_space_gb)
         # vLLM reads the variable with int(): "1.0" would stop the engine at start-up.
@@ -52,6 +54,7 @@ def _prepare_environment(config) -> None:
                 f"whole GiB; set a whole number >= 1"
             )
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(space)))
+    return log_path
 
 
 def vllm_sampling_params(settings: SamplingSettings):
@@ -88,7 +91,7 @@ class VLLMRollout:
         """`model_config` is `actor_rollout_ref.model` (path, tokenizer_path,
         trust_remote_code), `config` is `actor_rollout_ref.rollout`."""
         # Before anything imports vllm: it reads these variables.
-        _prepare_environment(config)
+        log_path = _prepare_environment(config)
         # Sampling settings vLLM refuses fail here, before the engine takes its memory.
         for meta_info in ({}, {"validate": True}):
             vllm_sampling_params(sampling_settings(config, meta_info))
@@ -131,7 +134,9 @@ class VLLMRollout:
         if is_cuda_available():
             kwargs["gpu_memory_utilization"] = float(config.gpu_memory_utilization)
         kwargs.update(plain(config.engine_kwargs.vllm or {}))
-        self.llm = LLM(**kwargs)
+        # torch's C++ notices at start (the CPU worker's NUMA binding) go to the engine log.
+        with stderr_to_engine_log(log_path):
+            self.llm = LLM(**kwargs)
         self.engine_dtype = self.llm.llm_engine.model_config.dtype
         self.sleeping = False
 
