@@ -517,6 +517,15 @@ def build_dataloaders(config, tokenizer):
     return train_dl, val_dl
 
 
+def val_num_examine(config) -> int:
+    """How many validation samples per data source the reward manager prints. verl prints
+    one (num_examine=1, as its main_ppo sets; not a config key); the console's table of
+    validation samples (`trainer.log_val_generations` with the `console` logger) shows that
+    same first sample, so then none: each sample once. Training prints none either way."""
+    table = config.trainer.log_val_generations > 0 and "console" in config.trainer.logger
+    return 0 if table else 1
+
+
 def run_ppo(config) -> dict:
     """Train `config` (a HybridConfig, or a composed tree that is checked first): everything
     `python -m hybrid.main_ppo` does after the command line."""
@@ -544,7 +553,7 @@ def run_ppo(config) -> dict:
         tokenizer.pad_token = tokenizer.eos_token
     # Reward functions load (and fail) before any model does.
     reward_fn = load_reward_manager(config, tokenizer, num_examine=0)
-    val_reward_fn = load_reward_manager(config, tokenizer, num_examine=1)
+    val_reward_fn = load_reward_manager(config, tokenizer, num_examine=val_num_examine(config))
     train_dl, val_dl = build_dataloaders(config, tokenizer)
     os.makedirs(config.trainer.default_local_dir, exist_ok=True)
     # The engines' own log lines go to files there (workers/engine_logs.py), not the console.

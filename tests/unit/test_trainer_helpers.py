@@ -117,3 +117,37 @@ def test_rows_by_uid_groups_rows_in_order_and_filtering_keeps_varying_groups():
     assert rows_by_uid(uids) == {"b": [0, 2], "a": [1, 4], "c": [3]}
     # b varies, a does not, c is a group of one (kept: nothing to compare it with)
     assert kept_group_indices(uids, np.array([1.0, 0.0, 0.0, 1.0, 0.0])) == [0, 2, 3]
+
+
+def _validation_console(config, tokenizer, tmp_path, capsys) -> str:
+    """What a validation step prints: the validation reward manager as run_ppo makes it
+    scoring a batch, then the sample table (PPOTrainer.validate)."""
+    from hybrid.tracking import ValidationGenerationsLogger
+    from hybrid.trainer import val_num_examine
+    from reward.loader import load_reward_manager
+    from tests.unit.test_reward_manager import make_batch
+
+    data, _ = make_batch(tokenizer, ["= 147", "= 11"], ["147", "13"])
+    val_reward_fn = load_reward_manager(config, tokenizer, num_examine=val_num_examine(config))
+    scores = val_reward_fn(data, return_dict=True)["reward_tensor"].sum(-1).tolist()
+    prompts = tokenizer.batch_decode(data.batch["prompts"], skip_special_tokens=True)
+    responses = tokenizer.batch_decode(data.batch["responses"], skip_special_tokens=True)
+    k = config.trainer.log_val_generations
+    if k:
+        ValidationGenerationsLogger(tmp_path).log(config.trainer.logger, list(zip(prompts, responses, scores))[:k], step=0)
+    return capsys.readouterr().out
+
+
+def test_validation_console_shows_the_first_sample_once(tmp_path, tokenizer, capsys):
+    from hybrid.config import build_config
+
+    # The default: console logger and a table of 4 samples; verl's printed example would repeat its first row.
+    config = build_config([f"trainer.default_local_dir={tmp_path}"])
+    out = _validation_console(config, tokenizer, tmp_path, capsys)
+    assert out.startswith("validation samples at step 0:\n")
+    assert out.count("= 147") == 1 and "[response]" not in out and "[prompt]" not in out
+    # No table (verl's log_val_generations=0, or no console logger): verl's one example per data source.
+    for override in ("trainer.log_val_generations=0", "trainer.logger=[file]"):
+        config = build_config([f"trainer.default_local_dir={tmp_path}", override])
+        out = _validation_console(config, tokenizer, tmp_path, capsys)
+        assert "validation samples" not in out and out.count("[response]") == 1 and out.count("= 147") == 1
