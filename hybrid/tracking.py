@@ -294,14 +294,18 @@ class Tracking:
             return _MlflowBackend(project_name, experiment_name, config, self.local_dir)
         raise AssertionError(name)  # guarded by the check in __init__
 
-    def log(self, data: dict[str, Any], step: int) -> None:
+    def log(self, data: dict[str, Any], step: int, backends: Sequence[str] | None = None) -> None:
+        """Log `data` at `step` to every backend, or to those of `backends` this tracker has
+        (the trainer prints a step's console line before its checkpoint messages and logs
+        the rest after)."""
         numeric = _numeric(data)
         skipped = [k for k in data if str(k) not in numeric and str(k) not in self._warned_keys]
         if skipped:
             self._warned_keys.update(map(str, skipped))
             warnings.warn(f"Tracking.log: not numbers, not logged: {skipped}", stacklevel=2)
-        for logger in self.loggers.values():
-            logger.log(numeric, step)
+        for name, logger in self.loggers.items():
+            if backends is None or name in backends:
+                logger.log(numeric, step)
 
     def finish(self) -> None:
         for logger in self.loggers.values():

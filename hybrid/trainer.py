@@ -441,11 +441,7 @@ class PPOTrainer:
                         last_val = self.validate()
                     metrics.update(last_val)
                     metrics["timing_s/testing"] = timing["testing"]
-                self.after_step(metrics)
-                # Measured after validation and the checkpoint: the step's whole footprint.
-                metrics.update(compute_memory_metrics(process_stats(), self.actor_rollout_wg.memory_stats()))
-                self.tracker.log(metrics, step=self.global_steps)
-                self.history.append({"step": self.global_steps, **metrics})
+                self.log_step(metrics)
                 progress.update(1)
                 if last_step:
                     done = True
@@ -464,6 +460,19 @@ class PPOTrainer:
         progress.close()
         self.tracker.finish()
         return {"val_before": first_val, "val_after": last_val, "steps": self.global_steps}
+
+    def log_step(self, metrics: dict) -> None:
+        """The step's console line, then its checkpoint when due (`after_step`, which prints
+        its own lines), then the whole record, save time and memory included, to the other
+        backends and the run's history."""
+        console = [name for name in self.tracker.loggers if name == "console"]
+        self.tracker.log(metrics, step=self.global_steps, backends=console)
+        self.after_step(metrics)
+        # Measured after validation and the checkpoint: the step's whole footprint.
+        metrics.update(compute_memory_metrics(process_stats(), self.actor_rollout_wg.memory_stats()))
+        others = [name for name in self.tracker.loggers if name != "console"]
+        self.tracker.log(metrics, step=self.global_steps, backends=others)
+        self.history.append({"step": self.global_steps, **metrics})
 
     def after_step(self, metrics: dict) -> None:
         """Checkpoint every trainer.save_freq steps and at the last step (hybrid.checkpointing)."""

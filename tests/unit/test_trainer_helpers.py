@@ -151,3 +151,35 @@ def test_validation_console_shows_the_first_sample_once(tmp_path, tokenizer, cap
         config = build_config([f"trainer.default_local_dir={tmp_path}", override])
         out = _validation_console(config, tokenizer, tmp_path, capsys)
         assert "validation samples" not in out and out.count("[response]") == 1 and out.count("= 147") == 1
+
+
+def test_a_steps_console_line_comes_before_its_checkpoint_messages(tmp_path, capsys):
+    import json
+    from types import SimpleNamespace
+
+    from hybrid.tracking import Tracking
+    from hybrid.trainer import PPOTrainer
+
+    trainer = object.__new__(PPOTrainer)  # the end of a step only: no workers, no data
+    trainer.tracker = Tracking("p", "e", default_backend=["console", "file"], local_dir=tmp_path)
+    trainer.actor_rollout_wg = SimpleNamespace(memory_stats=lambda: [{"rss_gb": 1.0}])
+    trainer.global_steps, trainer.history = 30, []
+
+    def after_step(metrics):  # what a due save at the last step prints and records
+        print("checkpoint: saved global_step_30 in 3.17 s")
+        print("checkpoint: merged the final actor into global_step_30/actor/huggingface in 5.1 s")
+        metrics["timing_s/save_checkpoint"] = 3.17
+
+    trainer.after_step = after_step
+    trainer.log_step({"critic/score/mean": 0.906, "val-core/arithmetic/reward/mean@1": 0.68, "timing_s/step": 7.3})
+    trainer.tracker.finish()
+    assert capsys.readouterr().out.splitlines() == [
+        "step 30 | score 0.906 | val 0.68 | 7.3 s",
+        "checkpoint: saved global_step_30 in 3.17 s",
+        "checkpoint: merged the final actor into global_step_30/actor/huggingface in 5.1 s",
+    ]
+    # The file gets the whole step once, the save's time and the memory measured after it included.
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert len(records) == 1 and records[0]["step"] == 30
+    assert records[0]["timing_s/save_checkpoint"] == 3.17 and records[0]["perf/worker_cpu_memory_rss_gb"] == 1.0
+    assert trainer.history[0]["timing_s/save_checkpoint"] == 3.17
