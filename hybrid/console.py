@@ -41,7 +41,8 @@ def _val_score(metrics: dict) -> float | None:
 
 def print_summary(config, result: dict) -> None:
     before, after = _val_score(result.get("val_before") or {}), _val_score(result.get("val_after") or {})
-    lines = [f"hybrid: finished {result.get('steps', 0)} steps in {result['minutes']:.1f} min"]
+    steps = result.get("steps", 0)
+    lines = [f"hybrid: finished {steps} step{'' if steps == 1 else 's'} in {result['minutes']:.1f} min"]
     if before is not None:
         val = result.get("val_before") or {}
         distinct, rows = val.get("val-aux/num_distinct_prompts"), val.get("val-aux/num_prompts")

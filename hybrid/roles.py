@@ -10,6 +10,7 @@ same slots. `trainer.worker_group` picks Ray actors (`ray`), the driver's own pr
 
 from __future__ import annotations
 
+import logging
 import os
 
 from hybrid.controller.local_worker_group import LocalWorkerGroup
@@ -29,11 +30,24 @@ def wants_ray(config) -> bool:
     return choice == "ray" or config.world_size > 1
 
 
+# Ray's notice, at the start of every local cluster, that the cluster uses token
+# authentication (a token exists in ~/.ray): true, and nothing for the user to do.
+RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
+
+
+class RayAuthNotice(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Token authentication is enabled for this Ray cluster")
+
+
 def init_ray_if_needed(config) -> None:
     import ray
 
     if ray.is_initialized():
         return
+    auth_logger = logging.getLogger(RAY_AUTH_LOGGER)
+    if not any(isinstance(f, RayAuthNotice) for f in auth_logger.filters):
+        auth_logger.addFilter(RayAuthNotice())
     env = {"TOKENIZERS_PARALLELISM": "false", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     for name in ("HYBRID_CACHE_DIR", "HYBRID_DEVICE"):
         if os.environ.get(name):

@@ -114,8 +114,11 @@ def quiet_engine_before_import() -> str | None:
     _WRITTEN.add(config_path)
     if current:  # an earlier engine's config in this process (another run's folder)
         os.remove(current)
-    for handler in logging.getLogger().handlers:
-        if not any(isinstance(f, HarmlessWarnings) for f in handler.filters):
+    # vLLM applies its logging config only when an engine starts; until then its records go
+    # to the root handlers, or, in a process without any (a Ray worker), to logging's
+    # last-resort stderr handler.
+    for handler in [*logging.getLogger().handlers, logging.lastResort]:
+        if handler is not None and not any(isinstance(f, HarmlessWarnings) for f in handler.filters):
             handler.addFilter(HarmlessWarnings())
     # vLLM's own use of a deprecated torch name, printed with the source lines at import.
     warnings.filterwarnings("ignore", message=r"`torch\.distributed\.reduce_op` is deprecated", category=FutureWarning)

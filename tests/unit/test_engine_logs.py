@@ -139,3 +139,27 @@ def test_torchs_numa_notice_from_vllms_cpu_op_lands_in_the_log(tmp_path):
     assert "NUMA binding" not in console and "inside" not in console and "python stderr after" in done.stderr
     written = log.read_text()
     assert "NUMA binding" in written and "python stderr inside" in written and "after" not in written
+
+
+def test_vllms_import_time_notices_are_filtered_in_a_process_without_log_handlers(tmp_path):
+    """A Ray worker's root logger has no handlers, so vLLM's records from before its config
+    applies go to logging's last-resort handler: the harmless ones must be dropped there
+    too, a real warning must still reach the console."""
+    code = textwrap.dedent(
+        """
+        import logging
+        from workers.engine_logs import quiet_engine_before_import
+        assert not logging.getLogger().handlers
+        quiet_engine_before_import()
+        log = logging.getLogger("vllm.triton_utils.importing")
+        log.warning("Triton is installed, but doesn't include CPU backend. Disabling Triton.")
+        log.warning("a warning that matters")
+        """
+    )
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "HYBRID_ENGINE_LOG_DIR": str(tmp_path)}
+    for name in ("HYBRID_DEBUG", engine_logs.CONFIG_PATH_ENV):
+        env.pop(name, None)
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "Triton" not in done.stderr and "a warning that matters" in done.stderr

@@ -44,7 +44,26 @@ def test_summary_names_the_held_out_set_by_its_distinct_count(tmp_path, capsys):
     assert "validation accuracy (greedy) on 103 distinct held-out prompts (200 rows): before 0.250 -> after 0.750" in out
     before["val-aux/num_prompts"] = 103.0
     print_summary(config, {"steps": 3, "minutes": 1.5, "val_before": before, "val_after": after})
-    assert "on 103 distinct held-out prompts: before 0.250" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "on 103 distinct held-out prompts: before 0.250" in out and "finished 3 steps in 1.5 min" in out
+    print_summary(config, {"steps": 1, "minutes": 0.8, "val_before": before, "val_after": after})
+    assert "hybrid: finished 1 step in 0.8 min" in capsys.readouterr().out
+
+
+def test_rays_token_auth_notice_is_dropped_and_its_other_warnings_kept(caplog):
+    import logging
+
+    from hybrid.roles import RAY_AUTH_LOGGER, RayAuthNotice
+
+    logger = logging.getLogger(RAY_AUTH_LOGGER)
+    logger.addFilter(RayAuthNotice())
+    try:
+        with caplog.at_level(logging.WARNING, logger=RAY_AUTH_LOGGER):
+            logger.warning("Token authentication is enabled for this Ray cluster. Set RAY_AUTH_MODE=disabled to opt out.")
+            logger.warning("Token authentication is disabled for this Ray cluster. Anyone with network access ...")
+    finally:
+        logger.filters = [f for f in logger.filters if not isinstance(f, RayAuthNotice)]
+    assert [r.getMessage()[:40] for r in caplog.records] == ["Token authentication is disabled for thi"]
 
 
 def test_header_says_what_runs_and_where_files_go(tmp_path, capsys):
