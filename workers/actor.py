@@ -69,7 +69,7 @@ class DataParallelPPOActor:
         labels = responses if valid is None else split.local(responses[valid])
         if self.chunk_logits:
             flat_labels = labels if valid is not None else F.pad(responses, (0, 1)).reshape(-1)
-            with fused_response_head(self.module, flat_labels, temperature):
+            with fused_response_head(self.module, flat_labels, temperature, with_entropy=calculate_entropy):
                 out = self.module(**split.inputs, use_cache=False, logits_to_keep=split.keep)
             per_token = out.logits[:, :-1] if valid is None else out.logits[0]
             log_probs, entropy = per_token[..., 0].float(), per_token[..., 1].float()

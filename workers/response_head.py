@@ -64,20 +64,23 @@ class _ChunkedLogProbs(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, hidden, weight, bias, labels, temperature: float):
+    def forward(ctx, hidden, weight, bias, labels, temperature: float, with_entropy: bool):
         ctx.set_materialize_grads(False)
         log_probs = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
         lse = torch.empty_like(log_probs)
-        entropy = torch.empty_like(log_probs)
+        # Without entropy (log-prob passes that do not report it) it stays zero: two passes
+        # over each chunk's logits fewer.
+        entropy = torch.empty_like(log_probs) if with_entropy else torch.zeros_like(log_probs)
         for s, e in _chunks(hidden.shape[0], weight.shape[0]):
             z = _tempered_logits(hidden[s:e], weight, bias, temperature)
             chunk_lse = torch.logsumexp(z, dim=-1)
             lse[s:e] = chunk_lse
             log_probs[s:e] = z.gather(-1, labels[s:e].unsqueeze(-1)).squeeze(-1) - chunk_lse
-            # H = lse - sum p z, as workers/losses.entropy_from_logits computes it
-            entropy[s:e] = chunk_lse - (z - chunk_lse.unsqueeze(-1)).exp_().mul_(z).sum(-1)
+            if with_entropy:  # H = lse - sum p z, as workers/losses.entropy_from_logits computes it
+                entropy[s:e] = chunk_lse - (z - chunk_lse.unsqueeze(-1)).exp_().mul_(z).sum(-1)
         ctx.save_for_backward(hidden, weight, bias, labels, lse, entropy)
         ctx.temperature = temperature
+        ctx.with_entropy = with_entropy
         return log_probs, entropy
 
     @staticmethod
@@ -87,8 +90,10 @@ class _ChunkedLogProbs(torch.autograd.Function):
         grad_hidden = torch.zeros_like(hidden) if need_hidden else None
         grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_weight else None
         grad_bias = torch.zeros(weight.shape[0], dtype=torch.float32, device=weight.device) if need_bias else None
+        if not ctx.with_entropy:
+            grad_entropy = None  # the zeros stand for no entropy: nothing flows through them
         if grad_log_probs is None and grad_entropy is None:
-            return grad_hidden, grad_weight, grad_bias, None, None
+            return grad_hidden, grad_weight, grad_bias, None, None, None
         scale = 1.0 / ctx.temperature  # z = logits / T: every gradient picks up 1/T
         g_lp = None if grad_log_probs is None else grad_log_probs.float() * scale
         g_ent = None if grad_entropy is None else grad_entropy.float() * scale
@@ -103,7 +108,7 @@ class _ChunkedLogProbs(torch.autograd.Function):
             if need_bias:
                 grad_bias += grad_z.float().sum(0)
         cast = lambda g: None if g is None else g.to(weight.dtype)  # noqa: E731
-        return grad_hidden, cast(grad_weight), cast(grad_bias), None, None
+        return grad_hidden, cast(grad_weight), cast(grad_bias), None, None, None
 
 
 def _tempered_logits(hidden, weight, bias, temperature: float) -> torch.Tensor:
@@ -135,17 +140,18 @@ def _chunks(rows: int, vocab: int) -> list[tuple[int, int]]:
 
 
 @contextmanager
-def fused_response_head(model, labels: torch.Tensor, temperature: float):
+def fused_response_head(model, labels: torch.Tensor, temperature: float, with_entropy: bool = True):
     """For the model calls inside, the output layer returns (..., 2) where it would return
-    logits (..., V): the log-prob of `labels` (one per position, flattened) and the entropy,
-    at the positions `logits_to_keep` selects, tempered by `temperature`."""
+    logits (..., V): the log-prob of `labels` (one per position, flattened) and the entropy
+    (zero when not `with_entropy`), at the positions `logits_to_keep` selects, tempered by
+    `temperature`."""
     head = model.get_output_embeddings()
 
     def forward(hidden: torch.Tensor) -> torch.Tensor:
         flat = hidden.reshape(-1, hidden.shape[-1])
         if flat.shape[0] != labels.shape[0]:
             raise ValueError(f"the fused head got {flat.shape[0]} positions for {labels.shape[0]} response tokens")
-        log_probs, entropy = _ChunkedLogProbs.apply(flat, head.weight, head.bias, labels, float(temperature))
+        log_probs, entropy = _ChunkedLogProbs.apply(flat, head.weight, head.bias, labels, float(temperature), bool(with_entropy))
         shape = hidden.shape[:-1]
         # A fresh tensor, not a view: FSDP2 hooks the root's output for its backward pass.
         return torch.stack([log_probs.view(shape), entropy.view(shape)], dim=-1)

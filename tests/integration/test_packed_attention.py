@@ -79,3 +79,26 @@ def test_padded_batch_is_plain_sdpa(tiny_model_dir):
         b = dense(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False).logits
     keep = mask.bool()
     assert torch.equal(a[keep], b[keep])
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_row_gather_equals_indexing_forward_and_backward(dtype):
+    """The attention's row gather (index_select in half precision) gives what x[index]
+    gives, and the same gradient where an index repeats (a group's prompt keys are
+    gathered once per response). Small integers keep bf16 sums exact."""
+    from workers.packed_attention import _gather_rows
+
+    torch.manual_seed(0)
+    base = torch.randint(-4, 5, (12, 3, 4)).to(dtype)
+    index = torch.tensor([[0, 1, 2, 3, 0], [5, 5, 0, 1, 11]])
+    upstream = torch.randint(-3, 4, (2, 5, 3, 4)).to(dtype)
+    results = []
+    for gather in (_gather_rows, lambda x, i: x[i]):
+        x = base.clone().requires_grad_(True)
+        out = gather(x, index)
+        out.backward(upstream)
+        results.append((out.detach(), x.grad))
+    (out_a, grad_a), (out_b, grad_b) = results
+    assert out_a.dtype == dtype and out_a.shape == (2, 5, 3, 4)
+    assert torch.equal(out_a, out_b) and torch.equal(grad_a, grad_b)
+    assert torch.equal(grad_a[0], upstream[0, 0] + upstream[0, 4] + upstream[1, 2])  # row 0 gathered three times

@@ -37,7 +37,7 @@ def test_chunked_log_probs_entropy_and_gradients_match_autograd(monkeypatch, chu
     gen = torch.Generator().manual_seed(9)
     w_lp, w_ent = torch.randn(N, generator=gen, dtype=torch.float64), torch.randn(N, generator=gen, dtype=torch.float64)
     results = []
-    for fn in (_ChunkedLogProbs.apply, _reference):
+    for fn in (lambda *args: _ChunkedLogProbs.apply(*args, True), _reference):
         hidden, weight, b, labels = _inputs(0, bias)
         log_probs, entropy = fn(hidden, weight, b, labels, temperature)
         loss = (log_probs.double() * w_lp).sum() + ((entropy.double() * w_ent).sum() if use_entropy else 0)
@@ -55,11 +55,28 @@ def test_chunked_log_probs_entropy_and_gradients_match_autograd(monkeypatch, chu
 
 def test_an_unused_output_gives_no_gradient_work():
     hidden, weight, bias, labels = _inputs(1, bias=False)
-    log_probs, entropy = _ChunkedLogProbs.apply(hidden, weight, bias, labels, 1.0)
+    log_probs, entropy = _ChunkedLogProbs.apply(hidden, weight, bias, labels, 1.0, True)
     entropy.sum().backward()  # log-probs unused: only the entropy's gradient flows
     _, ref_entropy = _reference(hidden.detach().requires_grad_(), weight, bias, labels, 1.0)
     assert hidden.grad is not None and torch.isfinite(hidden.grad).all()
     assert torch.allclose(entropy.double(), ref_entropy.double(), atol=1e-5)
+
+
+@pytest.mark.parametrize("chunk_rows", [2, N])
+def test_without_entropy_the_log_probs_and_their_gradients_are_unchanged(monkeypatch, chunk_rows):
+    """Log-prob passes that do not report the entropy skip it: the same log-probs and
+    gradients, and zeros where the entropy would be."""
+    monkeypatch.setattr(response_head, "_CHUNK_ELEMS", chunk_rows * V)
+    results = []
+    for with_entropy in (True, False):
+        hidden, weight, bias, labels = _inputs(3, bias=True)
+        log_probs, entropy = _ChunkedLogProbs.apply(hidden, weight, bias, labels, 0.8, with_entropy)
+        log_probs.sum().backward()
+        results.append((log_probs.detach(), entropy.detach(), hidden.grad, weight.grad, bias.grad))
+    with_ent, without = results
+    for a, b in zip(with_ent[:1] + with_ent[2:], without[:1] + without[2:]):
+        assert torch.equal(a, b)
+    assert torch.equal(without[1], torch.zeros(N)) and with_ent[1].abs().min() > 0
 
 
 def test_models_whose_logits_are_transformed_keep_the_full_logits():
