@@ -129,6 +129,8 @@ def roll_error(tmp_path: Path, text: str, *overrides: str) -> str:
          {f"{A}.actor.ulysses_sequence_parallel_size": 2, f"{A}.ref.ulysses_sequence_parallel_size": 2,
           "critic.ulysses_sequence_parallel_size": 4}),
         ("actor_train:\n  model_args:\n    ulysses_size: 1\n", {f"{A}.actor.ulysses_sequence_parallel_size": 1}),
+        ("val_greedy: true\n", {f"{A}.rollout.val_kwargs.do_sample": False, f"{A}.rollout.val_kwargs.temperature": 0}),
+        ("val_greedy: false\n", {f"{A}.rollout.val_kwargs.do_sample": True}),
     ],
 )
 def test_roll_mapping(tmp_path, yaml_text, expected):

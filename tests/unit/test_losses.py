@@ -519,7 +519,7 @@ def test_geo_mean_gmpo_against_a_per_token_loop():
         for t in range(3):
             if not mask[row, t]:
                 continue
-            r, a = float(new[row, t] - old[row, t]), float(adv[row, t])
+            r, a = float(new.detach()[row, t] - old[row, t]), float(adv[row, t])
             c = min(max(r, -0.2), 0.28)
             logs.append(math.copysign(1, a) * min(math.copysign(1, a) * r, math.copysign(1, a) * c))
             advs.append(a)

@@ -53,6 +53,7 @@ from hybrid.config.dialects.roll_convert import (
     _sequence_length,
     _target_kl,
     _template,
+    _val_greedy,
     _val_lengths,
     _value_clip,
     parse_devices,
@@ -307,11 +308,11 @@ RULES: tuple[Rule, ...] = (
         accept=lambda v: not v,
         accepts="[]",
     ),
-    via(
+    custom(
         "val_greedy",
-        f"{ROLLOUT}.val_kwargs.do_sample",
-        lambda v, c: not v,
-        "true -> greedy (do_sample false, temperature 0)",
+        (f"{ROLLOUT}.val_kwargs.do_sample", f"{ROLLOUT}.val_kwargs.temperature"),
+        _val_greedy,
+        "true -> greedy (do_sample false, temperature 0); false -> do_sample true",
     ),
     same("val_n_sample", f"{ROLLOUT}.val_kwargs.n"),
     # ---- models
