@@ -526,7 +526,7 @@ def test_geo_mean_gmpo_against_a_per_token_loop():
             clipped_pos += c != r and a > 0
             clipped_neg += c != r and a < 0
         expected += -(sum(advs) / len(advs)) * math.exp(sum(logs) / len(logs)) / 2
-    assert float(loss) == pytest.approx(expected, rel=1e-7)  # verl divides by tokens + 1e-8
+    assert float(loss.detach()) == pytest.approx(expected, rel=1e-7)  # verl divides by tokens + 1e-8
     assert float(metrics["actor/pg_clipfrac"]) == pytest.approx(clipped_pos / 5)
     assert float(metrics["actor/pg_clipfrac_lower"]) == pytest.approx(clipped_neg / 5)
     loss.backward()
