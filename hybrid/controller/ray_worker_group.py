@@ -22,7 +22,7 @@ import os
 import re
 
 import ray
-from ray.exceptions import RayActorError, RayError
+from ray.exceptions import OutOfMemoryError, RayActorError, RayError
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -44,6 +44,9 @@ DEATH_GRACE_S = 5.0
 _EXIT_TYPE = re.compile(r"Worker exit type: (\w+)(?: Worker exit detail: ([^.]*\.))?")
 _NODE_ID = re.compile(r"Node Id: ([0-9a-f]+)")
 _UNAVAILABLE = re.compile(r"is unavailable: ([^.]*)")
+# A rank's process gone: the call in flight on a rank that Ray's memory monitor killed
+# raises OutOfMemoryError (not a RayActorError); later calls to it raise ActorDiedError.
+_DEATHS = (RayActorError, OutOfMemoryError)
 _MEMORY = re.compile(r"Memory on the node \(IP: [^)]*\) was ([\d.]+ ?GB used / [\d.]+ ?GB limit)")
 
 
@@ -231,13 +234,13 @@ class RayWorkerGroup(WorkerGroup):
     def _first_death(self, rank: int, err: RayError, pending: list, rank_of: dict) -> tuple[int, RayError]:
         """(rank, error) to report: `err` itself when it is a death, else a death among the
         other ranks within DEATH_GRACE_S, else `err` (a rank that raised on its own)."""
-        if isinstance(err, RayActorError) or not pending:
+        if isinstance(err, _DEATHS) or not pending:
             return rank, err
         done, _ = ray.wait(pending, num_returns=len(pending), timeout=DEATH_GRACE_S)
         for ref in done:
             try:
                 ray.get(ref)
-            except RayActorError as death:
+            except _DEATHS as death:
                 return rank_of[ref], death
             except RayError:
                 pass
@@ -245,9 +248,10 @@ class RayWorkerGroup(WorkerGroup):
 
     def _failure(self, rank: int, method_name: str, err: RayError) -> WorkerFailedError:
         who = f"worker group {self.name!r}: rank {rank} ({self.worker_cls.__name__})"
-        if not isinstance(err, RayActorError):
+        if not isinstance(err, _DEATHS):
             return WorkerFailedError(f"{who} raised in {method_name}(): {err}")
-        if err.actor_init_failed:  # its constructor raised: that traceback is the message
+        # its constructor raised: that traceback is the message
+        if isinstance(err, RayActorError) and err.actor_init_failed:
             return WorkerFailedError(f"{who} failed to start: {err}")
         report = str(err)
         return WorkerFailedError(
