@@ -38,6 +38,16 @@ DATA_FILE = "data.pt"
 ROLES = ("actor", "critic")
 
 
+def say(line: str) -> None:
+    """A console line that does not tear the trainer's progress bar (tqdm redraws it below)."""
+    import sys
+
+    from tqdm import tqdm
+
+    tqdm.write(line)
+    sys.stdout.flush()  # a run stopped right after (preemption) still shows it
+
+
 class CheckpointError(RuntimeError):
     """A checkpoint cannot be resumed from; the message names the path and what to do."""
 
@@ -92,7 +102,7 @@ def remove_partial_checkpoints(root: str) -> list[str]:
     removed = partial_checkpoints(root)
     for path in removed:
         shutil.rmtree(path, ignore_errors=True)
-        print(f"checkpoint: removed partial checkpoint {path} (a save that never completed)", flush=True)
+        say(f"checkpoint: removed partial checkpoint {path} (a save that never completed)")
     return removed
 
 
@@ -165,7 +175,7 @@ def load_checkpoint(trainer) -> int:
     trainer.last_checkpoint = None  # (step, folder) of the newest checkpoint this run has
     if path is None:
         if trainer.config.trainer.resume_mode == "auto":
-            print(f"checkpoint: no complete checkpoint under {root}; starting from step 0", flush=True)
+            say(f"checkpoint: no complete checkpoint under {root}; starting from step 0")
         return 0
     start = time.perf_counter()
     trainer.actor_rollout_wg.load_checkpoint(os.path.join(path, "actor"))
@@ -179,7 +189,7 @@ def load_checkpoint(trainer) -> int:
     step = int(data["global_step"])
     trainer.global_steps = step
     trainer.last_checkpoint = (step, path)
-    print(f"checkpoint: resumed from {path} at step {step} in {time.perf_counter() - start:.2f} s", flush=True)
+    say(f"checkpoint: resumed from {path} at step {step} in {time.perf_counter() - start:.2f} s")
     return step
 
 
@@ -226,7 +236,7 @@ def save_checkpoint(trainer) -> float:
     trainer.last_checkpoint = (step, final)
     apply_retention(root, step, {"actor": cfg.max_actor_ckpt_to_keep, "critic": cfg.max_critic_ckpt_to_keep})
     seconds = time.perf_counter() - start
-    print(f"checkpoint: saved {final} in {seconds:.2f} s", flush=True)
+    say(f"checkpoint: saved {final} in {seconds:.2f} s")
     if _last_step(trainer) and cfg.merge_on_finish:
         merge_final_actor(os.path.join(final, "actor"))
     return seconds
@@ -263,7 +273,7 @@ def merge_final_actor(actor_dir: str) -> str:
         raise CheckpointError(
             f"trainer.merge_on_finish: `{' '.join(command)}` failed (exit {done.returncode}):\n{done.stderr[-2000:]}"
         )
-    print(f"checkpoint: merged the final actor into {target} in {time.perf_counter() - start:.1f} s", flush=True)
+    say(f"checkpoint: merged the final actor into {target} in {time.perf_counter() - start:.1f} s")
     return target
 
 

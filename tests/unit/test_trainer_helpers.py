@@ -202,3 +202,20 @@ def test_a_steps_console_line_comes_before_its_checkpoint_messages(tmp_path, cap
     assert len(records) == 1 and records[0]["step"] == 30
     assert records[0]["timing_s/save_checkpoint"] == 3.17 and records[0]["perf/worker_cpu_memory_rss_gb"] == 1.0
     assert trainer.history[0]["timing_s/save_checkpoint"] == 3.17
+
+
+def test_checkpoint_lines_start_on_a_line_of_their_own_under_the_progress_bar(capsys):
+    """A save at the last step printed `training: 97%|...| 29/30 [...]checkpoint: saved ...`:
+    the checkpoint's lines go through tqdm now, which clears the bar first."""
+    import sys
+
+    from tqdm import tqdm
+
+    from hybrid.checkpointing import say
+
+    bar = tqdm(total=30, desc="training", file=sys.stdout, ascii=True)  # one terminal: bar and lines share it
+    bar.update(29)
+    say("checkpoint: saved global_step_30 in 3.17 s")
+    bar.close()
+    shown = [line.split("\r")[-1] for line in capsys.readouterr().out.split("\n")]  # what a terminal leaves visible
+    assert "checkpoint: saved global_step_30 in 3.17 s" in shown, shown
