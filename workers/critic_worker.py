@@ -8,6 +8,8 @@ its constructor by the driver.
 
 from __future__ import annotations
 
+import warnings
+
 from protocol.data_proto import DataProto
 from protocol.dispatch import Dispatch, register
 from workers.base import Worker
@@ -38,6 +40,14 @@ class CriticWorker(ProfiledWorker, Worker):
     def init_model(self):
         from transformers import AutoModelForTokenClassification
 
+        # FSDP2 warns that the value model's output is a view (the score layer's reshaped
+        # result) because an in-place op on it would skip its backward hook; nothing here
+        # modifies it in place (critic.forward_values indexes and casts), and the warning
+        # reached the console of every run with a critic.
+        warnings.filterwarnings(
+            "ignore", message=r"FSDP2-wrapped module \(FSDP\w+ForTokenClassification\) returned a view tensor",
+            category=UserWarning,
+        )
         cfg = self.config
         model = cfg.model
         key = "critic.ulysses_sequence_parallel_size"
