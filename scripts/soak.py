@@ -179,6 +179,7 @@ def train(cfg, log_path: Path) -> list[dict]:
     from hybrid.roles import init_ray_if_needed
     from hybrid.trainer import PPOTrainer, as_typed, build_dataloaders
     from reward.loader import load_reward_manager
+    from workers.engine_logs import ENGINE_LOG_DIR_ENV
     from workers.host_memory import process_stats
 
     records: list[dict] = []
@@ -195,6 +196,8 @@ def train(cfg, log_path: Path) -> list[dict]:
     tokenizer = AutoTokenizer.from_pretrained(cfg.actor_rollout_ref.model.path)
     train_dl, val_dl = build_dataloaders(cfg, tokenizer)
     reward_fn = load_reward_manager(cfg, tokenizer, num_examine=0)
+    # The engines' start-up lines go to the run folder, as in a run of hybrid.main_ppo.
+    os.environ[ENGINE_LOG_DIR_ENV] = os.path.abspath(cfg.trainer.default_local_dir)
     init_ray_if_needed(as_typed(cfg))
     trainer = SoakTrainer(cfg, tokenizer, train_dl, val_dl, reward_fn, reward_fn)
     try:
