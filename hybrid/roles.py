@@ -15,6 +15,7 @@ import os
 
 from hybrid.controller.local_worker_group import LocalWorkerGroup
 from workers.device import is_cuda_available
+from workers.engine_logs import drop_harmless_warnings
 from workers.roles import Role
 
 
@@ -30,14 +31,9 @@ def wants_ray(config) -> bool:
     return choice == "ray" or config.world_size > 1
 
 
-# Ray's notice, at the start of every local cluster, that the cluster uses token
-# authentication (a token exists in ~/.ray): true, and nothing for the user to do.
+# Ray logs its notice that a local cluster uses token authentication here (an understood,
+# harmless notice: workers/engine_logs.HARMLESS_WARNINGS).
 RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
-
-
-class RayAuthNotice(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith("Token authentication is enabled for this Ray cluster")
 
 
 def init_ray_if_needed(config) -> None:
@@ -45,9 +41,7 @@ def init_ray_if_needed(config) -> None:
 
     if ray.is_initialized():
         return
-    auth_logger = logging.getLogger(RAY_AUTH_LOGGER)
-    if not any(isinstance(f, RayAuthNotice) for f in auth_logger.filters):
-        auth_logger.addFilter(RayAuthNotice())
+    drop_harmless_warnings(logging.getLogger(RAY_AUTH_LOGGER))
     env = {"TOKENIZERS_PARALLELISM": "false", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     for name in ("HYBRID_CACHE_DIR", "HYBRID_DEVICE"):
         if os.environ.get(name):

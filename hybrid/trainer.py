@@ -465,8 +465,7 @@ class PPOTrainer:
         """The step's console line, then its checkpoint when due (`after_step`, which prints
         its own lines), then the whole record, save time and memory included, to the other
         backends and the run's history."""
-        console = [name for name in self.tracker.loggers if name == "console"]
-        self.tracker.log(metrics, step=self.global_steps, backends=console)
+        self.tracker.log(metrics, step=self.global_steps, backends=["console"])
         self.after_step(metrics)
         # Measured after validation and the checkpoint: the step's whole footprint.
         metrics.update(compute_memory_metrics(process_stats(), self.actor_rollout_wg.memory_stats()))

@@ -106,7 +106,6 @@ class DataParallelPPOActor:
                 entropy[index] = ent.cpu()
         return log_probs, entropy
 
-
     # ------------------------------------------------------------------ update
     def update_policy(self, data: DataProto, temperature: float, mini_batch_size: int) -> dict[str, float]:
         """One PPO update on this rank's rows; `mini_batch_size` is in samples per rank.

@@ -68,7 +68,6 @@ class DataParallelPPOCritic:
             values[index] = self.values_micro({k: tensors[k][index] for k in keys}).cpu()
         return values
 
-
     def update_critic(self, data: DataProto, mini_batch_size: int) -> dict[str, float]:
         """One value update on this rank's rows; `mini_batch_size` is in samples per rank."""
         cfg = self.config

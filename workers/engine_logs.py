@@ -31,9 +31,10 @@ ENGINE_LOG_DIR_ENV = "HYBRID_ENGINE_LOG_DIR"
 CONFIG_PATH_ENV = "VLLM_LOGGING_CONFIG_PATH"
 _WRITTEN: set[str] = set()  # config files this process wrote (not the user's)
 
-# Warnings of vLLM's that are true on every run of this set-up and need nothing from the
-# user: the CPU backend's notices and the per-sync note about rotary embeddings (they
-# have no weights to load). They still reach the log file.
+# Warnings that are true on every run of this set-up and need nothing from the user:
+# vLLM's CPU backend notices, its per-sync note about rotary embeddings (they have no
+# weights to load), and Ray's notice that a local cluster uses token authentication (a
+# token exists in ~/.ray). vLLM's still reach the log file.
 HARMLESS_WARNINGS = re.compile(
     "|".join(
         [
@@ -49,6 +50,7 @@ HARMLESS_WARNINGS = re.compile(
             r"OMP_NUM_THREADS=\d+ is set; leaving Torch threads",
             r"Reset SSM cache type",
             r"The global random seed is set to",
+            r"Token authentication is enabled for this Ray cluster",
         ]
     )
 )
@@ -57,6 +59,12 @@ HARMLESS_WARNINGS = re.compile(
 class HarmlessWarnings(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         return record.levelno > logging.WARNING or not HARMLESS_WARNINGS.search(record.getMessage())
+
+
+def drop_harmless_warnings(filterer: logging.Filterer) -> None:
+    """Give a logger or handler the HarmlessWarnings filter, once."""
+    if not any(isinstance(f, HarmlessWarnings) for f in filterer.filters):
+        filterer.addFilter(HarmlessWarnings())
 
 
 def debug_enabled() -> bool:
@@ -118,8 +126,8 @@ def quiet_engine_before_import() -> str | None:
     # to the root handlers, or, in a process without any (a Ray worker), to logging's
     # last-resort stderr handler.
     for handler in [*logging.getLogger().handlers, logging.lastResort]:
-        if handler is not None and not any(isinstance(f, HarmlessWarnings) for f in handler.filters):
-            handler.addFilter(HarmlessWarnings())
+        if handler is not None:
+            drop_harmless_warnings(handler)
     # vLLM's own use of a deprecated torch name, printed with the source lines at import.
     warnings.filterwarnings("ignore", message=r"`torch\.distributed\.reduce_op` is deprecated", category=FutureWarning)
     return path
@@ -128,7 +136,7 @@ def quiet_engine_before_import() -> str | None:
 def _flush_python_streams() -> None:
     for stream in (sys.stdout, sys.stderr):
         if stream is not None:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(OSError, ValueError):  # a closed or broken stream has nothing to flush
                 stream.flush()
 
 

@@ -53,16 +53,17 @@ def test_summary_names_the_held_out_set_by_its_distinct_count(tmp_path, capsys):
 def test_rays_token_auth_notice_is_dropped_and_its_other_warnings_kept(caplog):
     import logging
 
-    from hybrid.roles import RAY_AUTH_LOGGER, RayAuthNotice
+    from hybrid.roles import RAY_AUTH_LOGGER
+    from workers.engine_logs import HarmlessWarnings, drop_harmless_warnings
 
     logger = logging.getLogger(RAY_AUTH_LOGGER)
-    logger.addFilter(RayAuthNotice())
+    drop_harmless_warnings(logger)
     try:
         with caplog.at_level(logging.WARNING, logger=RAY_AUTH_LOGGER):
             logger.warning("Token authentication is enabled for this Ray cluster. Set RAY_AUTH_MODE=disabled to opt out.")
             logger.warning("Token authentication is disabled for this Ray cluster. Anyone with network access ...")
     finally:
-        logger.filters = [f for f in logger.filters if not isinstance(f, RayAuthNotice)]
+        logger.filters = [f for f in logger.filters if not isinstance(f, HarmlessWarnings)]
     assert [r.getMessage()[:40] for r in caplog.records] == ["Token authentication is disabled for thi"]
 
 
