@@ -17,8 +17,8 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -244,7 +244,9 @@ def _draw_distinct_held_out(n, rng, digits, ops, p_digits, p_ops, allow_negative
     return [drawn[i] for i in rng.permutation(len(drawn)).tolist()]
 
 
-def _draw_unlisted(k: int, rng, digits: int, op: str, allow_negative: bool, val_fraction: float) -> list[tuple[int, int]]:
+def _draw_unlisted(
+    k: int, rng, digits: int, op: str, allow_negative: bool, val_fraction: float
+) -> list[tuple[int, int]]:
     low, high = _operand_range(digits)
     picks: dict[str, tuple[int, int]] = {}
     for _ in range(_MAX_DRAWS * max(k, 1)):
@@ -296,9 +298,7 @@ def write_arithmetic_parquet(out_dir, n_train: int, n_val: int, seed: int, **mix
     out.mkdir(parents=True, exist_ok=True)
     paths = {"train": out / "train.parquet", "val": out / "val.parquet"}
     params_path = out / PARAMS_FILE
-    params = _jsonable(
-        {"format_version": FORMAT_VERSION, "n_train": n_train, "n_val": n_val, "seed": seed, "mix": mix}
-    )
+    params = _jsonable({"format_version": FORMAT_VERSION, "n_train": n_train, "n_val": n_val, "seed": seed, "mix": mix})
     if params_path.is_file() and all(p.is_file() for p in paths.values()):
         with open(params_path) as f:
             if json.load(f) == params:

@@ -58,7 +58,7 @@ def balance_batch(batch: DataProto, world_size: int, keep_groups: bool = False) 
         order = balance_order(seq_lens, world_size)
     batch.reorder(torch.tensor(order))
     chunk = len(order) // max(world_size, 1)
-    loads = [sum(seq_lens[i] for i in order[r * chunk:(r + 1) * chunk]) for r in range(world_size)]
+    loads = [sum(seq_lens[i] for i in order[r * chunk : (r + 1) * chunk]) for r in range(world_size)]
     return {"perf/balance_max_min_ratio": max(loads) / max(min(loads), 1)} if world_size > 1 else {}
 
 

@@ -64,8 +64,10 @@ def checkpoint_problem(path: str, need_critic: bool = False) -> str | None:
     if not os.path.isdir(path):
         return f"{path} is not a folder"
     if name.endswith(PARTIAL_SUFFIX):
-        return (f"{path} is a partial checkpoint (written under a temporary name; the run stopped before every "
-                f"rank finished saving it)")
+        return (
+            f"{path} is a partial checkpoint (written under a temporary name; the run stopped before every "
+            f"rank finished saving it)"
+        )
     if not STEP_DIR.match(name):
         inside = os.path.basename(os.path.dirname(os.path.normpath(path)))
         hint = f"; did you mean its parent {os.path.dirname(os.path.normpath(path))}?" if STEP_DIR.match(inside) else ""
@@ -145,7 +147,9 @@ def resume_checkpoint(config, need_critic: bool) -> str | None:
     if mode == "resume_path":
         path = trainer_cfg.resume_from_path
         if not path:
-            raise CheckpointError("trainer.resume_mode=resume_path needs trainer.resume_from_path (a global_step_N folder)")
+            raise CheckpointError(
+                "trainer.resume_mode=resume_path needs trainer.resume_from_path (a global_step_N folder)"
+            )
         path = os.path.abspath(str(path))
         problem = resume_path_problem(path, need_critic)
         if problem:
@@ -265,8 +269,18 @@ def merge_final_actor(actor_dir: str) -> str:
     import sys
 
     target = os.path.join(actor_dir, "huggingface")
-    command = [sys.executable, "-m", "scripts.model_merger", "merge", "--backend", "fsdp",
-               "--local_dir", actor_dir, "--target_dir", target]
+    command = [
+        sys.executable,
+        "-m",
+        "scripts.model_merger",
+        "merge",
+        "--backend",
+        "fsdp",
+        "--local_dir",
+        actor_dir,
+        "--target_dir",
+        target,
+    ]
     start = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:

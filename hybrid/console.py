@@ -46,16 +46,24 @@ def print_summary(config, result: dict) -> None:
     if before is not None:
         val = result.get("val_before") or {}
         distinct, rows = val.get("val-aux/num_distinct_prompts"), val.get("val-aux/num_prompts")
-        held_out = "" if distinct is None else f" on {int(distinct)} distinct held-out prompts" + (
-            f" ({int(rows)} rows)" if rows is not None and rows != distinct else ""
+        held_out = (
+            ""
+            if distinct is None
+            else f" on {int(distinct)} distinct held-out prompts"
+            + (f" ({int(rows)} rows)" if rows is not None and rows != distinct else "")
         )
-        lines.append(f"  validation accuracy (greedy){held_out}: before {before:.3f}" + (f" -> after {after:.3f}" if after is not None else ""))
+        lines.append(
+            f"  validation accuracy (greedy){held_out}: before {before:.3f}"
+            + (f" -> after {after:.3f}" if after is not None else "")
+        )
     lines.append(f"  metrics: {os.path.join(config.trainer.default_local_dir, 'metrics.jsonl')}")
     engine_logs = sorted(glob.glob(os.path.join(config.trainer.default_local_dir, "engine_rank*.log")))
     if engine_logs:
         lines.append(f"  engine logs: {', '.join(engine_logs)}")
     if result.get("plots"):
-        lines.append(f"  plots: {os.path.dirname(result['plots'][0])} ({', '.join(os.path.basename(str(p)) for p in result['plots'])})")
+        lines.append(
+            f"  plots: {os.path.dirname(result['plots'][0])} ({', '.join(os.path.basename(str(p)) for p in result['plots'])})"
+        )
     from hybrid.checkpointing import latest_checkpoint
 
     checkpoint = latest_checkpoint(os.path.abspath(str(config.trainer.default_local_dir)))

@@ -17,7 +17,8 @@ import json
 import math
 import multiprocessing
 import os
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -162,7 +163,9 @@ def _lengths_of(prompts_and_where: list[tuple[Any, str]]) -> list[int]:
     return [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]]
 
 
-def prompt_lengths(tokenizer, prompts_and_where: list[tuple[Any, str]], chat_kwargs: dict, num_workers: int = 1) -> list[int]:
+def prompt_lengths(
+    tokenizer, prompts_and_where: list[tuple[Any, str]], chat_kwargs: dict, num_workers: int = 1
+) -> list[int]:
     """Token counts of rendered prompts, in a spawn pool of `num_workers` processes when > 1."""
     chunk = 512
     chunks = [prompts_and_where[i : i + chunk] for i in range(0, len(prompts_and_where), chunk)]
@@ -256,7 +259,9 @@ class RLHFDataset(Dataset):
                 f"all {len(lengths)} prompts of {self.data_files} are longer than data.max_prompt_length="
                 f"{self.max_prompt_length} (the longest has {max(lengths)} tokens)"
             )
-        print(f"filter_overlong_prompts: dropped {len(lengths) - len(keep)} of {len(lengths)} rows over {self.max_prompt_length} tokens")
+        print(
+            f"filter_overlong_prompts: dropped {len(lengths) - len(keep)} of {len(lengths)} rows over {self.max_prompt_length} tokens"
+        )
         self.rows = [self.rows[i] for i in keep]
         self.origins = [self.origins[i] for i in keep]
 
@@ -310,7 +315,9 @@ def _load_class(path: str, name: str):
     module, resolved = load_user_file(path, "data.custom_cls.path", "dataset", "custom_dataset")
     if not hasattr(module, name):
         classes = sorted(k for k, v in vars(module).items() if isinstance(v, type) and v.__module__ == module.__name__)
-        raise AttributeError(f"data.custom_cls.name: class {name!r} not found in {resolved}; classes there: {classes or 'none'}")
+        raise AttributeError(
+            f"data.custom_cls.name: class {name!r} not found in {resolved}; classes there: {classes or 'none'}"
+        )
     cls = getattr(module, name)
     if not (isinstance(cls, type) and issubclass(cls, Dataset)):
         raise TypeError(f"data.custom_cls: {name} in {resolved} must be a subclass of torch.utils.data.Dataset")
@@ -377,9 +384,19 @@ class StatefulDataLoader:
     finished pass moves to the next epoch. A torch DataLoader does the loading underneath.
     """
 
-    def __init__(self, dataset, batch_size: int, sampler: RLSampler, collate_fn=collate_fn, drop_last: bool = True, num_workers: int = 0):
+    def __init__(
+        self,
+        dataset,
+        batch_size: int,
+        sampler: RLSampler,
+        collate_fn=collate_fn,
+        drop_last: bool = True,
+        num_workers: int = 0,
+    ):
         if not hasattr(sampler, "indices_for_epoch"):
-            raise TypeError(f"the sampler must recompute any epoch's order (an RLSampler), got {type(sampler).__name__}")
+            raise TypeError(
+                f"the sampler must recompute any epoch's order (an RLSampler), got {type(sampler).__name__}"
+            )
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if drop_last and len(dataset) < batch_size:
@@ -458,7 +475,11 @@ class StatefulDataLoader:
         self._iterator_id += 1  # iterators made before the load stop moving the state
 
 
-def create_dataloader(dataset, batch_size: int, sampler=None, collate_fn=collate_fn, drop_last: bool = True, num_workers: int = 0) -> StatefulDataLoader:
+def create_dataloader(
+    dataset, batch_size: int, sampler=None, collate_fn=collate_fn, drop_last: bool = True, num_workers: int = 0
+) -> StatefulDataLoader:
     if sampler is None:
         sampler = RLSampler(len(dataset), shuffle=False)
-    return StatefulDataLoader(dataset, batch_size, sampler, collate_fn=collate_fn, drop_last=drop_last, num_workers=num_workers)
+    return StatefulDataLoader(
+        dataset, batch_size, sampler, collate_fn=collate_fn, drop_last=drop_last, num_workers=num_workers
+    )

@@ -131,7 +131,7 @@ def resolve_default_assets(config):
             changes = {f.name: walk(getattr(value, f.name)) for f in dataclasses.fields(value)}
             return dataclasses.replace(value, **changes)
         if isinstance(value, str) and value.startswith(DEFAULT_ASSET_PREFIX):
-            return _resolve(value[len(DEFAULT_ASSET_PREFIX):])
+            return _resolve(value[len(DEFAULT_ASSET_PREFIX) :])
         if isinstance(value, tuple):
             return tuple(walk(v) for v in value)
         return value

@@ -34,22 +34,37 @@ EXIT_BEFORE_TRAINING = 2
 
 # Error types of other modules that carry a complete message (matched by name: importing
 # them here would load torch, Ray or the config package before the entry point needs them).
-NAMED_ERRORS = frozenset({
-    "hybrid.config.validate.ConfigError",
-    "hybrid.data.DataError",
-    "hybrid.checkpointing.CheckpointError",
-    "reward.manager.RewardFunctionError",
-    "reward.environments.base.EnvironmentFailed",
-    "hybrid.controller.ray_worker_group.WorkerFailedError",
-})
+NAMED_ERRORS = frozenset(
+    {
+        "hybrid.config.validate.ConfigError",
+        "hybrid.data.DataError",
+        "hybrid.checkpointing.CheckpointError",
+        "reward.manager.RewardFunctionError",
+        "reward.environments.base.EnvironmentFailed",
+        "hybrid.controller.ray_worker_group.WorkerFailedError",
+    }
+)
 # Types that mean "the input is wrong" wherever they are raised: always status 2.
 INPUT_ERRORS = frozenset({"hybrid.config.validate.ConfigError"})
-CONFIG_SECTIONS = ("data", "actor_rollout_ref", "critic", "reward_model", "custom_reward_function", "algorithm", "trainer")
+CONFIG_SECTIONS = (
+    "data",
+    "actor_rollout_ref",
+    "critic",
+    "reward_model",
+    "custom_reward_function",
+    "algorithm",
+    "trainer",
+)
 _KEY_FIRST = re.compile(r"^(" + "|".join(CONFIG_SECTIONS) + r")\.[A-Za-z_][\w.]*\s*(?::|=|is |must |needs )")
 # Our packages: frames there are not the user's.
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _OWN_DIRS = tuple(os.path.join(_REPO, name) + os.sep for name in ("hybrid", "workers", "reward", "protocol", "scripts"))
-_LIBRARY_DIRS = tuple({os.path.abspath(p) + os.sep for p in (sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib"))})
+_LIBRARY_DIRS = tuple(
+    {
+        os.path.abspath(p) + os.sep
+        for p in (sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib"))
+    }
+)
 
 _phase = {"training": False}
 
@@ -83,8 +98,14 @@ class RunStopped(HybridError):
     """Training stopped on SIGTERM or SIGINT: at a safe point (with the checkpoint saved
     there, when checkpointing is on), or at once while the run was still loading."""
 
-    def __init__(self, signum: int, step: int | None = None, total: int | None = None,
-                 checkpoint: str | None = None, save_freq: int | None = None):
+    def __init__(
+        self,
+        signum: int,
+        step: int | None = None,
+        total: int | None = None,
+        checkpoint: str | None = None,
+        save_freq: int | None = None,
+    ):
         self.signum = int(signum)
         self.exit_status = 128 + self.signum
         self.step, self.checkpoint = step, checkpoint
@@ -142,7 +163,9 @@ def exit_status(exc: BaseException) -> int:
 
 
 def debug_enabled() -> bool:
-    return any(os.environ.get(name, "").lower() in ("1", "true", "yes") for name in ("HYBRID_DEBUG", "HYDRA_FULL_ERROR"))
+    return any(
+        os.environ.get(name, "").lower() in ("1", "true", "yes") for name in ("HYBRID_DEBUG", "HYDRA_FULL_ERROR")
+    )
 
 
 # ----------------------------------------------------------------------------- user frames

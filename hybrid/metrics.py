@@ -9,7 +9,8 @@ to `hybrid.tracking.Tracking`. Names follow verl's `verl/trainer/ppo/metric_util
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import torch

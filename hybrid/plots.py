@@ -29,7 +29,6 @@ import math
 import re
 import warnings
 from pathlib import Path
-from typing import Iterable
 
 METRICS_FILE = "metrics.jsonl"
 DEFAULT_SUBDIR = "plots"
@@ -95,7 +94,7 @@ def load_metrics(path: str | Path) -> list[dict[str, float | None]]:
             raise MetricsFileError(f"{path}:{i + 1}: expected a JSON object, got {type(row).__name__}")
         step = row.get("step")
         if isinstance(step, bool) or not isinstance(step, (int, float)) or step != int(step):
-            raise MetricsFileError(f"{path}:{i + 1}: the row has no integer \"step\" (got {step!r})")
+            raise MetricsFileError(f'{path}:{i + 1}: the row has no integer "step" (got {step!r})')
         by_step.setdefault(int(step), {}).update(row)
     if not by_step:
         raise MetricsFileError(f"{path} has no metric rows (is the run logging with trainer.logger including 'file'?)")
@@ -173,7 +172,13 @@ def plot_reward(rows: list[dict], out_dir: Path) -> Path | None:
         for sub_key in sorted({k for row in rows for k in row if subset.match(k)}):
             series = _series(rows, sub_key)
             if series is not None:
-                ax.plot(*series, marker=".", linestyle="--", color=f"C{colour % 10}", label=f"  {subset.match(sub_key)['subset']}")
+                ax.plot(
+                    *series,
+                    marker=".",
+                    linestyle="--",
+                    color=f"C{colour % 10}",
+                    label=f"  {subset.match(sub_key)['subset']}",
+                )
                 colour += 1
     ax.set_title("reward and validation accuracy")
     ax.set_ylabel("reward / accuracy")
@@ -225,9 +230,11 @@ def plot_timing(rows: list[dict], out_dir: Path) -> Path | None:
     import matplotlib
 
     timed_rows = [r for r in rows if any(k.startswith(TIMING_PREFIX) for k in r)]
-    phases = list(dict.fromkeys(
-        k[len(TIMING_PREFIX):] for r in timed_rows for k in r if k.startswith(TIMING_PREFIX) and k != STEP_TIME
-    ))
+    phases = list(
+        dict.fromkeys(
+            k[len(TIMING_PREFIX) :] for r in timed_rows for k in r if k.startswith(TIMING_PREFIX) and k != STEP_TIME
+        )
+    )
     step_time = _series(timed_rows, STEP_TIME)
     if not phases and step_time is None:
         return None

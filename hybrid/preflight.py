@@ -80,12 +80,18 @@ def _model_uses(config) -> dict[str, tuple[list[str], set[str]]]:
     """path -> (the keys naming it, what must be there: 'model' and/or 'tokenizer')."""
     arr = config.actor_rollout_ref
     uses: list[tuple[str, str | None, set[str]]] = [
-        ("actor_rollout_ref.model.path", arr.model.path, {"model"} | ({"tokenizer"} if not arr.model.tokenizer_path else set())),
+        (
+            "actor_rollout_ref.model.path",
+            arr.model.path,
+            {"model"} | ({"tokenizer"} if not arr.model.tokenizer_path else set()),
+        ),
         ("actor_rollout_ref.model.tokenizer_path", arr.model.tokenizer_path, {"tokenizer"}),
     ]
     if config.use_critic:
         critic = config.critic.model
-        uses.append(("critic.model.path", critic.path, {"model"} | ({"tokenizer"} if not critic.tokenizer_path else set())))
+        uses.append(
+            ("critic.model.path", critic.path, {"model"} | ({"tokenizer"} if not critic.tokenizer_path else set()))
+        )
         uses.append(("critic.model.tokenizer_path", critic.tokenizer_path, {"tokenizer"}))
     if config.reward_model.enable:
         rm = config.reward_model.model
@@ -125,13 +131,17 @@ def check_model_settings(config, found: Findings) -> None:
             continue
         reason = logit_transform(model_config)
         if section == "actor_rollout_ref" and arr.model.use_fused_kernels is True and reason:
-            found.add(f"actor_rollout_ref.model.use_fused_kernels=True, but {_shown(path)} cannot use the fused output "
-                      f"layer: {reason}; set it to null (the full logits then) or false")
+            found.add(
+                f"actor_rollout_ref.model.use_fused_kernels=True, but {_shown(path)} cannot use the fused output "
+                f"layer: {reason}; set it to null (the full logits then) or false"
+            )
         heads = model_config.get("num_attention_heads")
         if isinstance(heads, int) and sp > heads:
             key = f"{section}.actor" if section == "actor_rollout_ref" else section
-            found.add(f"{key}.ulysses_sequence_parallel_size={sp} is more than the {heads} attention heads of "
-                      f"{_shown(path)}; use at most {heads}")
+            found.add(
+                f"{key}.ulysses_sequence_parallel_size={sp} is more than the {heads} attention heads of "
+                f"{_shown(path)}; use at most {heads}"
+            )
 
 
 def _model_config(path: str | None) -> dict | None:
@@ -157,8 +167,14 @@ def model_folder_problem(path: str, needs: set[str]) -> str | None:
     if not os.path.exists(full):
         if _REPO_ID.match(path) and _in_hub_cache(path):
             return None
-        hint = (f"; it is not in the Hugging Face cache either, and hybrid does not download: fetch it first "
-                f"(huggingface-cli download {path}) or give the local folder") if _REPO_ID.match(path) else ""
+        hint = (
+            (
+                f"; it is not in the Hugging Face cache either, and hybrid does not download: fetch it first "
+                f"(huggingface-cli download {path}) or give the local folder"
+            )
+            if _REPO_ID.match(path)
+            else ""
+        )
         return f"model folder {_shown(path)} does not exist{hint}"
     if not os.path.isdir(full):
         return f"{_shown(path)} is a file; give the Hugging Face model folder (config.json, weights, tokenizer)"
@@ -168,16 +184,20 @@ def model_folder_problem(path: str, needs: set[str]) -> str | None:
         if problem:
             return f"{_shown(path)} {problem}"
     if "tokenizer" in needs and not names & set(TOKENIZER_FILES):
-        return (f"{_shown(path)} has no tokenizer ({' / '.join(TOKENIZER_FILES[:2])}); "
-                f"set the tokenizer_path key to a folder that has one")
+        return (
+            f"{_shown(path)} has no tokenizer ({' / '.join(TOKENIZER_FILES[:2])}); "
+            f"set the tokenizer_path key to a folder that has one"
+        )
     return None
 
 
 def _model_files_problem(full: str, names: set[str]) -> str | None:
     if "fsdp_config.json" in names or any(n.startswith("model_world_size_") for n in names):
-        return (f"is a training checkpoint, not a model folder; turn it into one with `python -m scripts.model_merger "
-                f"merge --backend fsdp --local_dir {full} --target_dir <folder>`, or use {os.path.join(full, 'huggingface')} "
-                f"once merged")
+        return (
+            f"is a training checkpoint, not a model folder; turn it into one with `python -m scripts.model_merger "
+            f"merge --backend fsdp --local_dir {full} --target_dir <folder>`, or use {os.path.join(full, 'huggingface')} "
+            f"once merged"
+        )
     if "config.json" not in names:
         return "has no config.json: not a Hugging Face model folder"
     try:
@@ -220,7 +240,9 @@ def check_data_files(config, found: Findings) -> dict[tuple[str, str], Counter]:
         full = os.path.abspath(os.path.expanduser(path))
         counts = None
         if not os.path.isfile(full):
-            what = "is a folder; name the parquet or JSON-lines files in it" if os.path.isdir(full) else "does not exist"
+            what = (
+                "is a folder; name the parquet or JSON-lines files in it" if os.path.isdir(full) else "does not exist"
+            )
             found.add(f"{key}: data file {_shown(path)} {what}")
         elif not custom:
             try:
@@ -233,8 +255,10 @@ def check_data_files(config, found: Findings) -> dict[tuple[str, str], Counter]:
             rows_known = rows_known and counts is not None
             train_rows += rows if counts is not None else 0
     if rows_known and train_rows and train_rows < data.train_batch_size:
-        found.add(f"data.train_files: {train_rows} rows in all, fewer than data.train_batch_size={data.train_batch_size} "
-                  f"(one batch); lower data.train_batch_size or add rows")
+        found.add(
+            f"data.train_files: {train_rows} rows in all, fewer than data.train_batch_size={data.train_batch_size} "
+            f"(one batch); lower data.train_batch_size or add rows"
+        )
     return sources
 
 
@@ -280,20 +304,28 @@ def _check_rows(path: str, data) -> tuple[int, Counter]:
                 f"data file {path} row {used[0]} has {column!r} ({key}; {used[1]} of {rows} rows): hybrid trains "
                 f"text-only models and cannot feed images or videos to the model; drop the column or use text prompts"
             )
-    for key, column, why in ((prompt_key, "data.prompt_key", "the prompt"),
-                             (source_key, "data.reward_fn_key", "it picks the scorer")):
+    for key, column, why in (
+        (prompt_key, "data.prompt_key", "the prompt"),
+        (source_key, "data.reward_fn_key", "it picks the scorer"),
+    ):
         if key not in names:
             raise ValueError(f"data file {path} has no column {key!r} ({column}: {why}); columns: {names}")
         missing = _first_bad(values[key], lambda v: v is _MISSING or v is None)
         if missing:
-            raise ValueError(f"data file {path} row {missing[0]} has no {key!r} ({column}; {missing[1]} of {rows} rows lack it)")
+            raise ValueError(
+                f"data file {path} row {missing[0]} has no {key!r} ({column}; {missing[1]} of {rows} rows lack it)"
+            )
     if "reward_model" not in names:
-        raise ValueError(f"data file {path} has no column 'reward_model' (a dict with 'ground_truth' per row); columns: {names}")
+        raise ValueError(
+            f"data file {path} has no column 'reward_model' (a dict with 'ground_truth' per row); columns: {names}"
+        )
     bad = _first_bad(values["reward_model"], lambda v: not isinstance(v, dict) or "ground_truth" not in v)
     if bad:
         value = values["reward_model"][bad[0]]
-        raise ValueError(f"data file {path} row {bad[0]}: reward_model must be a dict with 'ground_truth', got "
-                         f"{'nothing' if value is _MISSING else repr(value)[:120]} ({bad[1]} of {rows} rows)")
+        raise ValueError(
+            f"data file {path} row {bad[0]}: reward_model must be a dict with 'ground_truth', got "
+            f"{'nothing' if value is _MISSING else repr(value)[:120]} ({bad[1]} of {rows} rows)"
+        )
     return rows, Counter(str(v) for v in values[source_key])
 
 

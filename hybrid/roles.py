@@ -69,7 +69,9 @@ def _worker_specs(config) -> dict:
     if config.use_critic:
         # The critic's mini-batches count prompts, as the actor's do: it needs n.
         specs["critic"] = (
-            CriticWorker, (config.critic,), {"rollout_n": arr.rollout.n, "use_prefix_grouper": arr.actor.use_prefix_grouper}
+            CriticWorker,
+            (config.critic,),
+            {"rollout_n": arr.rollout.n, "use_prefix_grouper": arr.actor.use_prefix_grouper},
         )
     if config.reward_model.enable:
         specs["rm"] = (RewardModelWorker, (config.reward_model,), {})

@@ -15,8 +15,9 @@ import numbers
 import os
 import re
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from tqdm import tqdm
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections import defaultdict
 from contextlib import contextmanager
 
 import numpy as np
@@ -29,7 +28,10 @@ from hybrid.batch_ops import (
     pf_ppo_resample,
 )
 from hybrid.checkpointing import load_checkpoint, save_checkpoint, save_on_stop, should_save
+from hybrid.config import HybridConfig, typed_config
 from hybrid.core_algos import agg_loss, get_kl_controller, kl_in_reward
+from hybrid.errors import RunStopped, mark_training_started
+from hybrid.interrupts import StopSignals
 from hybrid.metrics import (
     compute_data_metrics,
     compute_memory_metrics,
@@ -37,9 +39,6 @@ from hybrid.metrics import (
     compute_timing_metrics,
     process_validation_metrics,
 )
-from hybrid.config import HybridConfig, typed_config
-from hybrid.errors import RunStopped, mark_training_started
-from hybrid.interrupts import StopSignals
 from hybrid.roles import build_worker_groups
 from hybrid.tracking import Tracking, ValidationGenerationsLogger
 from protocol.data_proto import DataProto, pad_dataproto_to_divisor
@@ -76,7 +75,9 @@ class PPOTrainer:
         self.use_rm = config.reward_model.enable
         self.world_size = config.world_size
         self.kl_ctrl = get_kl_controller(config.algorithm.kl_ctrl) if config.algorithm.use_kl_in_reward else None
-        self.total_training_steps = config.trainer.total_training_steps or len(train_dataloader) * config.trainer.total_epochs
+        self.total_training_steps = (
+            config.trainer.total_training_steps or len(train_dataloader) * config.trainer.total_epochs
+        )
         # The learning-rate schedules span the run unless their own key says otherwise.
         self.config = config.with_schedule_steps(self.total_training_steps)
         self.global_steps = 0
@@ -269,13 +270,17 @@ class PPOTrainer:
         if correction.bypass_mode:
             # verl's bypass mode: the engine's log-probs are the PPO anchor; no old log-prob pass.
             if "rollout_log_probs" not in batch.batch.keys():
-                raise RuntimeError("algorithm.rollout_correction.bypass_mode needs the engine's log-probs (rollout_log_probs)")
+                raise RuntimeError(
+                    "algorithm.rollout_correction.bypass_mode needs the engine's log-probs (rollout_log_probs)"
+                )
             batch.batch["old_log_probs"] = batch.batch["rollout_log_probs"]
         elif not self.on_policy_update():
             with timed("old_log_prob", timing):
                 old = self.actor_rollout_wg.compute_log_prob(batch)
             entropys = old.batch.pop("entropys")
-            metrics["actor/entropy"] = float(agg_loss(entropys, batch.batch["response_mask"], cfg.actor_rollout_ref.actor.loss_agg_mode))
+            metrics["actor/entropy"] = float(
+                agg_loss(entropys, batch.batch["response_mask"], cfg.actor_rollout_ref.actor.loss_agg_mode)
+            )
             old.meta_info.pop("timing", None)
             batch = batch.union(old)
 
@@ -289,8 +294,12 @@ class PPOTrainer:
         with timed("adv", timing):
             if cfg.algorithm.use_kl_in_reward:
                 rewards, kl_metrics = kl_in_reward(
-                    batch.batch["token_level_scores"], batch.batch["old_log_probs"], batch.batch["ref_log_prob"],
-                    batch.batch["response_mask"], self.kl_ctrl, cfg.algorithm.kl_penalty,
+                    batch.batch["token_level_scores"],
+                    batch.batch["old_log_probs"],
+                    batch.batch["ref_log_prob"],
+                    batch.batch["response_mask"],
+                    self.kl_ctrl,
+                    cfg.algorithm.kl_penalty,
                 )
                 batch.batch["token_level_rewards"] = rewards
                 metrics.update(kl_metrics)
@@ -343,7 +352,9 @@ class PPOTrainer:
             scores.extend(seq_scores)
             for key, values in numeric_columns(dict(result.get("reward_extra_info", {})), len(batch)).items():
                 extra_columns.setdefault(key, [float("nan")] * (len(scores) - len(batch))).extend(values)
-            data_sources.extend(batch.non_tensor_batch.get("data_source", np.array(["unknown"] * len(batch), dtype=object)).tolist())
+            data_sources.extend(
+                batch.non_tensor_batch.get("data_source", np.array(["unknown"] * len(batch), dtype=object)).tolist()
+            )
             subsets.extend(_subsets(batch))
             # Samples are grouped by the validation row they answer (a repeated question
             # still counts once per row), n adjacent samples per row.
@@ -354,9 +365,14 @@ class PPOTrainer:
                 responses = self.tokenizer.batch_decode(batch.batch["responses"], skip_special_tokens=True)
                 samples.extend(zip(prompt_texts, responses, seq_scores))
         infos = {"reward": scores}
-        infos.update({k: v + [float("nan")] * (len(scores) - len(v)) for k, v in extra_columns.items() if k != "reward"})
+        infos.update(
+            {k: v + [float("nan")] * (len(scores) - len(v)) for k, v in extra_columns.items() if k != "reward"}
+        )
         metrics = process_validation_metrics(
-            np.array(data_sources, dtype=object), np.array(input_rows, dtype=object), infos, None,
+            np.array(data_sources, dtype=object),
+            np.array(input_rows, dtype=object),
+            infos,
+            None,
             subsets=subsets if any(s is not None for s in subsets) else None,
         )
         metrics["val-aux/num_prompts"] = float(len(set(input_rows)))
@@ -386,7 +402,9 @@ class PPOTrainer:
         progress.close()
         checkpoint = save_on_stop(self)
         self.tracker.finish()
-        raise RunStopped(self.stop.signum, self.global_steps, self.total_training_steps, checkpoint, self.config.trainer.save_freq)
+        raise RunStopped(
+            self.stop.signum, self.global_steps, self.total_training_steps, checkpoint, self.config.trainer.save_freq
+        )
 
     def _fit(self) -> dict:
         cfg = self.config
@@ -402,7 +420,10 @@ class PPOTrainer:
         mark_training_started()  # failures from here on exit with status 1 (hybrid/errors.py)
         self.update_rollout_weights({})  # the engine starts with placeholder weights
         if self.global_steps >= self.total_training_steps:
-            print(f"hybrid: resumed at step {self.global_steps} of {self.total_training_steps}; nothing left to train", flush=True)
+            print(
+                f"hybrid: resumed at step {self.global_steps} of {self.total_training_steps}; nothing left to train",
+                flush=True,
+            )
             self.tracker.finish()
             return {"val_before": {}, "val_after": {}, "steps": self.global_steps}
         first_val = last_val = {}
@@ -411,7 +432,9 @@ class PPOTrainer:
             self.tracker.log(first_val, step=self.global_steps)
             if cfg.trainer.val_only:
                 return {"val_before": first_val}
-        progress = tqdm(total=self.total_training_steps, initial=self.global_steps, desc="training", unit="step", dynamic_ncols=True)
+        progress = tqdm(
+            total=self.total_training_steps, initial=self.global_steps, desc="training", unit="step", dynamic_ncols=True
+        )
         self._stop_if_requested(progress)
         self.global_steps += 1
         done = False
@@ -435,7 +458,9 @@ class PPOTrainer:
                 last_step = self.global_steps >= self.total_training_steps
                 test_freq = cfg.trainer.test_freq
                 # A stopping run skips validation: a preempted job has seconds, not minutes.
-                val_due = test_freq > 0 and (self.global_steps % test_freq == 0 or last_step) and not self.stop.requested
+                val_due = (
+                    test_freq > 0 and (self.global_steps % test_freq == 0 or last_step) and not self.stop.requested
+                )
                 if self.val_dataloader is not None and val_due:
                     with timed("testing", timing):
                         last_val = self.validate()
@@ -517,11 +542,25 @@ def build_dataloaders(config, tokenizer):
         # The multi-turn loop starts each trajectory from the row's chat messages (raw_prompt).
         data = dataclasses.replace(as_typed(config).data, return_raw_chat=True)
     train_ds = create_rl_dataset(data.train_files, data, tokenizer)
-    train_dl = create_dataloader(train_ds, data.train_batch_size, create_rl_sampler(data, train_ds), collate_fn, drop_last=True, num_workers=data.dataloader_num_workers)
+    train_dl = create_dataloader(
+        train_ds,
+        data.train_batch_size,
+        create_rl_sampler(data, train_ds),
+        collate_fn,
+        drop_last=True,
+        num_workers=data.dataloader_num_workers,
+    )
     val_dl = None
     if data.val_files:
         val_ds = create_rl_dataset(data.val_files, data, tokenizer)
-        val_dl = create_dataloader(val_ds, data.val_batch_size or len(val_ds), None, collate_fn, drop_last=False, num_workers=data.dataloader_num_workers)
+        val_dl = create_dataloader(
+            val_ds,
+            data.val_batch_size or len(val_ds),
+            None,
+            collate_fn,
+            drop_last=False,
+            num_workers=data.dataloader_num_workers,
+        )
     return train_dl, val_dl
 
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import copy
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -130,8 +131,13 @@ class DataProto:
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def from_dict(cls, tensors: dict | None = None, non_tensors: dict | None = None,
-                  meta_info: dict | None = None, num_batch_dims: int = 1) -> "DataProto":
+    def from_dict(
+        cls,
+        tensors: dict | None = None,
+        non_tensors: dict | None = None,
+        meta_info: dict | None = None,
+        num_batch_dims: int = 1,
+    ) -> DataProto:
         """Tensors must agree on their first `num_batch_dims` dimensions; lists and arrays
         in `non_tensors` become object arrays."""
         tensors = dict(tensors or {})
@@ -157,7 +163,7 @@ class DataProto:
         return cls(batch=batch, non_tensor_batch=non_tensor_batch, meta_info=dict(meta_info or {}))
 
     @classmethod
-    def from_single_dict(cls, data: dict, meta_info: dict | None = None) -> "DataProto":
+    def from_single_dict(cls, data: dict, meta_info: dict | None = None) -> DataProto:
         """Split a collated dict: tensors go to `batch`, lists and arrays to `non_tensor_batch`."""
         tensors, non_tensors = {}, {}
         for key, value in data.items():
@@ -166,8 +172,10 @@ class DataProto:
             elif isinstance(value, (np.ndarray, list, tuple)):
                 non_tensors[key] = value
             else:
-                raise TypeError(f"data[{key!r}] has unsupported type {type(value).__name__}; "
-                                "expected a torch.Tensor, a np.ndarray or a list")
+                raise TypeError(
+                    f"data[{key!r}] has unsupported type {type(value).__name__}; "
+                    "expected a torch.Tensor, a np.ndarray or a list"
+                )
         return cls.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=meta_info)
 
     # ------------------------------------------------------------------ checks and info
@@ -185,8 +193,10 @@ class DataProto:
         for key, value in self.non_tensor_batch.items():
             if not isinstance(value, np.ndarray) or value.dtype != object:
                 kind = f"np.ndarray of dtype {value.dtype}" if isinstance(value, np.ndarray) else type(value).__name__
-                raise TypeError(f"non_tensor_batch[{key!r}] must be a np.ndarray with dtype=object, got {kind}; "
-                                "use np.array(values, dtype=object) or DataProto.from_dict")
+                raise TypeError(
+                    f"non_tensor_batch[{key!r}] must be a np.ndarray with dtype=object, got {kind}; "
+                    "use np.array(values, dtype=object) or DataProto.from_dict"
+                )
             if value.ndim == 0:
                 raise ValueError(f"non_tensor_batch[{key!r}] is a 0-d array; it needs a batch dimension")
             if rows is None:
@@ -225,7 +235,7 @@ class DataProto:
         return f"{type(self).__name__}({self.get_data_info()})"
 
     # ------------------------------------------------------------------ row selection
-    def _rows_like(self, batch: TensorDict | None, non_tensor_batch: dict) -> "DataProto":
+    def _rows_like(self, batch: TensorDict | None, non_tensor_batch: dict) -> DataProto:
         # meta_info is copied, not shared, so a worker that sets keys on its chunk leaves
         # the driver's batch alone (under Ray the pickling makes that copy anyway).
         return type(self)(batch=batch, non_tensor_batch=non_tensor_batch, meta_info=dict(self.meta_info))
@@ -259,14 +269,14 @@ class DataProto:
             idx_torch = idx_torch.to(self.batch.device)
         return idx_torch, idx_np
 
-    def select_idxs(self, idxs) -> "DataProto":
+    def select_idxs(self, idxs) -> DataProto:
         """Rows by integer indices or by a boolean mask of length len(self)."""
         self.check_consistency()
         idx_torch, idx_np = self._index_arrays(idxs, allow_mask=True)
         batch = self.batch[idx_torch] if self.batch is not None else None
         return self._rows_like(batch, {key: value[idx_np] for key, value in self.non_tensor_batch.items()})
 
-    def slice(self, start: int | None = None, end: int | None = None, step: int | None = None) -> "DataProto":
+    def slice(self, start: int | None = None, end: int | None = None, step: int | None = None) -> DataProto:
         self.check_consistency()
         window = slice(start, end, step)
         batch = self.batch[window] if self.batch is not None else None
@@ -287,8 +297,9 @@ class DataProto:
             return DataProtoItem(batch=batch, non_tensor_batch=non_tensors, meta_info=dict(self.meta_info))
         if isinstance(item, (list, np.ndarray, torch.Tensor)):
             return self.select_idxs(item)
-        raise TypeError(f"DataProto indices must be int, slice, list, np.ndarray or torch.Tensor, "
-                        f"got {type(item).__name__}")
+        raise TypeError(
+            f"DataProto indices must be int, slice, list, np.ndarray or torch.Tensor, got {type(item).__name__}"
+        )
 
     def __iter__(self) -> Iterator[DataProtoItem]:
         for i in range(len(self)):
@@ -301,15 +312,18 @@ class DataProto:
         rows = len(self)
         # Reordering with a repeated or missing index would silently duplicate or drop samples.
         if idx_np.shape[0] != rows or not np.array_equal(np.sort(idx_np % max(rows, 1)), np.arange(rows)):
-            raise ValueError(f"reorder needs a permutation of range({rows}), got {idx_np.shape[0]} indices "
-                             f"that are not one: {idx_np[:10].tolist()}")
+            raise ValueError(
+                f"reorder needs a permutation of range({rows}), got {idx_np.shape[0]} indices "
+                f"that are not one: {idx_np[:10].tolist()}"
+            )
         if self.batch is not None:
             self.batch = self.batch[idx_torch]
         self.non_tensor_batch = {key: value[idx_np] for key, value in self.non_tensor_batch.items()}
 
     # ------------------------------------------------------------------ key selection
-    def select(self, batch_keys=None, non_tensor_batch_keys=None, meta_info_keys=None,
-               deepcopy: bool = False) -> "DataProto":
+    def select(
+        self, batch_keys=None, non_tensor_batch_keys=None, meta_info_keys=None, deepcopy: bool = False
+    ) -> DataProto:
         """A DataProto with the given keys (None: all). Tensors are shared with self; with
         `deepcopy`, non-tensors and meta_info are deep-copied (as in verl)."""
         self.check_consistency()
@@ -336,7 +350,7 @@ class DataProto:
             non_tensors, meta_info = copy.deepcopy(non_tensors), copy.deepcopy(meta_info)
         return type(self)(batch=batch, non_tensor_batch=non_tensors, meta_info=meta_info)
 
-    def pop(self, batch_keys=None, non_tensor_batch_keys=None, meta_info_keys=None) -> "DataProto":
+    def pop(self, batch_keys=None, non_tensor_batch_keys=None, meta_info_keys=None) -> DataProto:
         """Remove the given keys from self and return them as a new DataProto."""
         self.check_consistency()
         batch_keys = _key_list(batch_keys, "batch_keys")
@@ -354,7 +368,7 @@ class DataProto:
         meta_info = {key: self.meta_info.pop(key) for key in meta_keys}
         return type(self)(batch=batch, non_tensor_batch=non_tensors, meta_info=meta_info)
 
-    def rename(self, old_keys=None, new_keys=None) -> "DataProto":
+    def rename(self, old_keys=None, new_keys=None) -> DataProto:
         """Rename tensor or non-tensor keys in place; returns self."""
         old_keys = _key_list(old_keys, "old_keys")
         new_keys = _key_list(new_keys, "new_keys")
@@ -373,7 +387,7 @@ class DataProto:
                 raise KeyError(f"cannot rename {old!r}: no such key in batch or non_tensor_batch")
         return self
 
-    def union(self, other: "DataProto") -> "DataProto":
+    def union(self, other: DataProto) -> DataProto:
         """Merge other's keys into self in place (returns self). A key present in both must
         hold equal values; a conflict names the key and changes nothing."""
         if not isinstance(other, DataProto):
@@ -391,8 +405,9 @@ class DataProto:
                 raise ValueError(f"union conflict: non_tensor_batch[{key!r}] differs between the two DataProtos")
         for key, value in other.meta_info.items():
             if key in self.meta_info and not _values_equal(self.meta_info[key], value):
-                raise ValueError(f"union conflict: meta_info[{key!r}] is {self.meta_info[key]!r} in self "
-                                 f"but {value!r} in other")
+                raise ValueError(
+                    f"union conflict: meta_info[{key!r}] is {self.meta_info[key]!r} in self but {value!r} in other"
+                )
         if other.batch is not None:
             if self.batch is None:
                 self.batch = other.batch.select(*other.batch.keys())
@@ -406,7 +421,7 @@ class DataProto:
 
     # ------------------------------------------------------------------ combining and splitting
     @staticmethod
-    def concat(data: list["DataProto"]) -> "DataProto":
+    def concat(data: list[DataProto]) -> DataProto:
         """Rows of all items in order; meta_info is the first item's."""
         data = list(data)
         if not data:
@@ -425,15 +440,21 @@ class DataProto:
                 other_keys = set(item.batch.keys())
                 if other_keys != keys:
                     odd = sorted(keys ^ other_keys)[0]
-                    raise ValueError(f"concat: batch key {odd!r} is in {'item 0' if odd in keys else f'item {i}'} "
-                                     f"but not in {f'item {i}' if odd in keys else 'item 0'}")
+                    raise ValueError(
+                        f"concat: batch key {odd!r} is in {'item 0' if odd in keys else f'item {i}'} "
+                        f"but not in {f'item {i}' if odd in keys else 'item 0'}"
+                    )
                 if item.batch.batch_size[1:] != first.batch.batch_size[1:]:
-                    raise ValueError(f"concat: item {i} has batch_size {list(item.batch.batch_size)} but item 0 has "
-                                     f"{list(first.batch.batch_size)}")
+                    raise ValueError(
+                        f"concat: item {i} has batch_size {list(item.batch.batch_size)} but item 0 has "
+                        f"{list(first.batch.batch_size)}"
+                    )
                 for key in keys:
                     if item.batch[key].shape[1:] != first.batch[key].shape[1:]:
-                        raise ValueError(f"concat: batch[{key!r}] has shape {list(item.batch[key].shape)} in item {i} "
-                                         f"but {list(first.batch[key].shape)} in item 0")
+                        raise ValueError(
+                            f"concat: batch[{key!r}] has shape {list(item.batch[key].shape)} in item {i} "
+                            f"but {list(first.batch[key].shape)} in item 0"
+                        )
             batch = torch.cat([item.batch for item in data], dim=0)
         else:
             for i, item in enumerate(data[1:], start=1):
@@ -444,33 +465,38 @@ class DataProto:
             other_keys = set(item.non_tensor_batch)
             if other_keys != keys:
                 odd = sorted(keys ^ other_keys)[0]
-                raise ValueError(f"concat: non_tensor_batch key {odd!r} is in "
-                                 f"{'item 0' if odd in keys else f'item {i}'} but not in "
-                                 f"{f'item {i}' if odd in keys else 'item 0'}")
-        non_tensors = {key: np.concatenate([item.non_tensor_batch[key] for item in data], axis=0)
-                       for key in first.non_tensor_batch}
+                raise ValueError(
+                    f"concat: non_tensor_batch key {odd!r} is in "
+                    f"{'item 0' if odd in keys else f'item {i}'} but not in "
+                    f"{f'item {i}' if odd in keys else 'item 0'}"
+                )
+        non_tensors = {
+            key: np.concatenate([item.non_tensor_batch[key] for item in data], axis=0) for key in first.non_tensor_batch
+        }
         return type(first)(batch=batch, non_tensor_batch=non_tensors, meta_info=dict(first.meta_info))
 
-    def chunk(self, chunks: int) -> list["DataProto"]:
+    def chunk(self, chunks: int) -> list[DataProto]:
         """`chunks` equal consecutive pieces; the length must divide (pad first otherwise)."""
         if not isinstance(chunks, int) or chunks < 1:
             raise ValueError(f"chunks must be a positive int, got {chunks!r}")
         self.check_consistency()
         rows = len(self)
         if rows % chunks:
-            raise ValueError(f"cannot chunk a DataProto of {rows} rows into {chunks} equal chunks; "
-                             "pad it first with pad_dataproto_to_divisor")
+            raise ValueError(
+                f"cannot chunk a DataProto of {rows} rows into {chunks} equal chunks; "
+                "pad it first with pad_dataproto_to_divisor"
+            )
         size = rows // chunks
         return [self.slice(i * size, (i + 1) * size) for i in range(chunks)]
 
-    def split(self, split_size: int) -> list["DataProto"]:
+    def split(self, split_size: int) -> list[DataProto]:
         """Consecutive pieces of `split_size` rows; the last one may be shorter."""
         if not isinstance(split_size, int) or split_size < 1:
             raise ValueError(f"split_size must be a positive int, got {split_size!r}")
         self.check_consistency()
         return [self.slice(start, start + split_size) for start in range(0, len(self), split_size)]
 
-    def repeat(self, repeat_times: int = 2, interleave: bool = True) -> "DataProto":
+    def repeat(self, repeat_times: int = 2, interleave: bool = True) -> DataProto:
         """interleave=True: a a b b; interleave=False: a b a b."""
         if not isinstance(repeat_times, int) or repeat_times < 1:
             raise ValueError(f"repeat_times must be a positive int, got {repeat_times!r}")
@@ -478,11 +504,14 @@ class DataProto:
         batch = None
         if self.batch is not None:
             if interleave:
+
                 def expand(tensor):
                     return tensor.repeat_interleave(repeat_times, dim=0)
             else:
+
                 def expand(tensor):
                     return tensor.repeat(repeat_times, *([1] * (tensor.dim() - 1)))
+
             size = [len(self) * repeat_times, *self.batch.batch_size[1:]]
             batch = self.batch.apply(expand, batch_size=size)
         non_tensors = {}
@@ -493,8 +522,9 @@ class DataProto:
                 non_tensors[key] = np.tile(value, (repeat_times,) + (1,) * (value.ndim - 1))
         return self._rows_like(batch, non_tensors)
 
-    def make_iterator(self, mini_batch_size: int, epochs: int, seed: int | None = None,
-                      dataloader_kwargs: dict | None = None) -> Iterator["DataProto"]:
+    def make_iterator(
+        self, mini_batch_size: int, epochs: int, seed: int | None = None, dataloader_kwargs: dict | None = None
+    ) -> Iterator[DataProto]:
         """Mini-batches for `epochs` passes. With dataloader_kwargs={"shuffle": True} each epoch
         is a fresh permutation drawn from one torch.Generator seeded with `seed`, so a seed
         fixes the whole sequence. The length must be a multiple of mini_batch_size."""
@@ -520,12 +550,12 @@ class DataProto:
             for _ in range(epochs):
                 order = torch.randperm(rows, generator=generator) if shuffle else torch.arange(rows)
                 for start in range(0, rows, mini_batch_size):
-                    yield self.select_idxs(order[start:start + mini_batch_size])
+                    yield self.select_idxs(order[start : start + mini_batch_size])
 
         return mini_batches()
 
     # ------------------------------------------------------------------ devices and disk
-    def to(self, device) -> "DataProto":
+    def to(self, device) -> DataProto:
         """Move the tensors in place; returns self."""
         if self.batch is not None:
             self.batch = self.batch.to(device)
@@ -550,7 +580,7 @@ class DataProto:
         os.replace(tmp_path, path)
 
     @classmethod
-    def load_from_disk(cls, path: str | os.PathLike) -> "DataProto":
+    def load_from_disk(cls, path: str | os.PathLike) -> DataProto:
         payload = torch.load(path, map_location="cpu", weights_only=True)
         if not isinstance(payload, dict) or payload.get("format") != _SAVE_FORMAT:
             raise ValueError(f"{os.fspath(path)} is not a DataProto written by DataProto.save_to_disk")

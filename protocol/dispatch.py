@@ -9,8 +9,9 @@ processes, so the same split/collect runs in-process and in tests.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from enum import Enum
-from typing import Any, Callable
+from typing import Any
 
 from protocol.data_proto import DataProto, pad_dataproto_to_divisor, unpad_dataproto
 
@@ -57,13 +58,18 @@ def _dispatch_all_to_all(world_size: int, args: tuple, kwargs: dict) -> list[tup
     named = list(enumerate(args)) + list(kwargs.items())
     for position, value in named:
         if not isinstance(value, (list, tuple)):
-            raise TypeError(f"ALL_TO_ALL {_argument_name(position)} must be a list or tuple of length "
-                            f"world_size={world_size}, got {type(value).__name__}")
+            raise TypeError(
+                f"ALL_TO_ALL {_argument_name(position)} must be a list or tuple of length "
+                f"world_size={world_size}, got {type(value).__name__}"
+            )
         if len(value) != world_size:
-            raise ValueError(f"ALL_TO_ALL {_argument_name(position)} has length {len(value)} "
-                             f"but world_size is {world_size}")
-    return [(tuple(arg[rank] for arg in args), {key: value[rank] for key, value in kwargs.items()})
-            for rank in range(world_size)]
+            raise ValueError(
+                f"ALL_TO_ALL {_argument_name(position)} has length {len(value)} but world_size is {world_size}"
+            )
+    return [
+        (tuple(arg[rank] for arg in args), {key: value[rank] for key, value in kwargs.items()})
+        for rank in range(world_size)
+    ]
 
 
 def _dispatch_dp_proto(world_size: int, args: tuple, kwargs: dict) -> tuple[list[tuple[tuple, dict]], dict]:
@@ -87,8 +93,9 @@ def _dispatch_dp_proto(world_size: int, args: tuple, kwargs: dict) -> tuple[list
     return per_rank, {"pad_size": pad_size, "padded_len": padded_len}
 
 
-def dispatch_to_ranks(mode: Dispatch, world_size: int, args: tuple, kwargs: dict
-                      ) -> tuple[list[tuple[tuple, dict]], dict]:
+def dispatch_to_ranks(
+    mode: Dispatch, world_size: int, args: tuple, kwargs: dict
+) -> tuple[list[tuple[tuple, dict]], dict]:
     """One (args, kwargs) per rank, and the context `collect_from_ranks` needs."""
     if not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world_size must be a positive int, got {world_size!r}")
@@ -108,8 +115,10 @@ def _collect_dp_proto(outputs: list, context: dict) -> Any:
         return list(outputs)  # e.g. per-rank metric dicts
     if not all(are_protos):
         rank = are_protos.index(False)
-        raise TypeError(f"DP_COMPUTE_PROTO: rank {rank} returned a {type(outputs[rank]).__name__} "
-                        "while other ranks returned DataProto")
+        raise TypeError(
+            f"DP_COMPUTE_PROTO: rank {rank} returned a {type(outputs[rank]).__name__} "
+            "while other ranks returned DataProto"
+        )
     merged = DataProto.concat(outputs)
     pad_size, padded_len = context.get("pad_size", 0), context.get("padded_len", 0)
     rows = len(merged)
@@ -119,8 +128,10 @@ def _collect_dp_proto(outputs: list, context: dict) -> Any:
     # A method may return several rows per input row (n samples per prompt, interleaved);
     # the padding inputs are the last ones, so their outputs are the last rows.
     if rows % padded_len:
-        raise ValueError(f"DP_COMPUTE_PROTO: the ranks returned {rows} rows for {padded_len} padded input rows; "
-                         f"cannot tell which of them belong to the {pad_size} padding rows")
+        raise ValueError(
+            f"DP_COMPUTE_PROTO: the ranks returned {rows} rows for {padded_len} padded input rows; "
+            f"cannot tell which of them belong to the {pad_size} padding rows"
+        )
     return unpad_dataproto(merged, pad_size * (rows // padded_len))
 
 

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Mapping, Sequence
-from typing import Any, Callable
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from hybrid.config.schema import fold_overlong_spellings
 
 from .manager import get_reward_manager_cls
-from .user_code import load_user_file
 from .scorers import check_score_kwargs, default_compute_score
+from .user_code import load_user_file
 
 # How a reward manager calls a per-sample function (keywords, as verl does) ...
 _SAMPLE_ARGS = {"data_source": "", "solution_str": "", "ground_truth": "", "extra_info": None}

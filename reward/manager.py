@@ -27,10 +27,11 @@ import pickle
 import signal
 import warnings
 from collections import defaultdict
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -77,7 +78,9 @@ class RewardManagerBase(abc.ABC):
     """Decoding, score checking and assembly shared by the managers; subclasses say how
     the scoring function is called (`_score`)."""
 
-    def __init__(self, tokenizer, num_examine: int, compute_score=None, reward_fn_key: str = "data_source", **reward_kwargs):
+    def __init__(
+        self, tokenizer, num_examine: int, compute_score=None, reward_fn_key: str = "data_source", **reward_kwargs
+    ):
         self.tokenizer = tokenizer
         self.num_examine = num_examine
         self.compute_score = compute_score or default_compute_score
@@ -211,7 +214,11 @@ class RewardManagerBase(abc.ABC):
                     print(f"[{key}]", value)
         reward_tensor = reward_tensor.to(responses.device)
         if return_dict:
-            return {"reward_tensor": reward_tensor, "reward_extra_info": extra, "reward_metrics": dict(self.last_metrics)}
+            return {
+                "reward_tensor": reward_tensor,
+                "reward_extra_info": extra,
+                "reward_metrics": dict(self.last_metrics),
+            }
         return reward_tensor
 
 
@@ -226,7 +233,17 @@ class DAPORewardManager(NaiveRewardManager):
     """Naive scoring plus DAPO's soft overlong penalty: responses longer than
     `max_resp_len - overlong_buffer.len` lose up to `penalty_factor`, linearly over the buffer."""
 
-    def __init__(self, tokenizer, num_examine, compute_score=None, reward_fn_key="data_source", max_resp_len=None, overlong_buffer=None, overlong_buffer_cfg=None, **reward_kwargs):
+    def __init__(
+        self,
+        tokenizer,
+        num_examine,
+        compute_score=None,
+        reward_fn_key="data_source",
+        max_resp_len=None,
+        overlong_buffer=None,
+        overlong_buffer_cfg=None,
+        **reward_kwargs,
+    ):
         super().__init__(tokenizer, num_examine, compute_score, reward_fn_key, **reward_kwargs)
         # A plain keyword dict (verl's scripts spell it overlong_buffer_cfg); missing entries
         # take verl's DAPO defaults, as a verl reward manager built from Python would.
@@ -238,7 +255,9 @@ class DAPORewardManager(NaiveRewardManager):
         self.max_resp_len = max_resp_len
         if self.overlong_enable:
             if max_resp_len is None:
-                raise ValueError("reward_model.reward_kwargs.max_resp_len must be set when overlong_buffer.enable is true")
+                raise ValueError(
+                    "reward_model.reward_kwargs.max_resp_len must be set when overlong_buffer.enable is true"
+                )
             if not 0 < self.overlong_len <= int(max_resp_len):
                 raise ValueError(
                     f"reward_model.reward_kwargs.overlong_buffer.len={self.overlong_len} must be in "
@@ -260,7 +279,9 @@ class BatchRewardManager(RewardManagerBase):
     extra_infos, **kwargs)` returns one score per sample."""
 
     def __init__(self, tokenizer, num_examine, compute_score=None, reward_fn_key="data_source", **reward_kwargs):
-        super().__init__(tokenizer, num_examine, compute_score or default_batch_compute_score, reward_fn_key, **reward_kwargs)
+        super().__init__(
+            tokenizer, num_examine, compute_score or default_batch_compute_score, reward_fn_key, **reward_kwargs
+        )
 
     def _score(self, samples):
         try:
@@ -341,10 +362,22 @@ class PrimeRewardManager(RewardManagerBase):
     count as timeouts, and the next call starts a new pool.
     """
 
-    def __init__(self, tokenizer, num_examine, compute_score=None, reward_fn_key="data_source", num_processes: int = 8, timeout_s: float = 300.0, hang_grace_s: float = 10.0, **reward_kwargs):
+    def __init__(
+        self,
+        tokenizer,
+        num_examine,
+        compute_score=None,
+        reward_fn_key="data_source",
+        num_processes: int = 8,
+        timeout_s: float = 300.0,
+        hang_grace_s: float = 10.0,
+        **reward_kwargs,
+    ):
         super().__init__(tokenizer, num_examine, compute_score, reward_fn_key, **reward_kwargs)
         if int(num_processes) < 1 or not float(timeout_s) > 0:
-            raise ValueError(f"prime reward manager needs num_processes >= 1 and timeout_s > 0, got {num_processes}, {timeout_s}")
+            raise ValueError(
+                f"prime reward manager needs num_processes >= 1 and timeout_s > 0, got {num_processes}, {timeout_s}"
+            )
         self.num_processes = int(num_processes)
         self.timeout_s = float(timeout_s)
         self.hang_grace_s = float(hang_grace_s)
@@ -450,7 +483,9 @@ class PrimeRewardManager(RewardManagerBase):
             self.close()
         self.last_metrics = {"reward/timeouts": float(len(timeouts)), "reward/errors": float(len(errors))}
         if timeouts:
-            print(f"[prime reward] {len(timeouts)} samples ran past {self.timeout_s}s and score 0: indices {sorted(timeouts)}")
+            print(
+                f"[prime reward] {len(timeouts)} samples ran past {self.timeout_s}s and score 0: indices {sorted(timeouts)}"
+            )
         for i, message in sorted(errors)[:3]:
             print(f"[prime reward] sample {i} (data_source={samples[i].data_source!r}) failed and scores 0: {message}")
         if len(errors) > 3:

@@ -50,16 +50,32 @@ def main(argv=None) -> None:
     os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
     Worker()  # joins a one-rank process group, as a local worker group does
     # The default job's actor sections, for this model and LoRA rank.
-    arr = build_config([f"actor_rollout_ref.model.path={args.model_path}", f"actor_rollout_ref.model.lora_rank={args.lora_rank}"]).actor_rollout_ref
+    arr = build_config(
+        [f"actor_rollout_ref.model.path={args.model_path}", f"actor_rollout_ref.model.lora_rank={args.lora_rank}"]
+    ).actor_rollout_ref
     tokenizer = AutoTokenizer.from_pretrained(args.model_path)
 
     def build():
-        module, hf_config = load_hf_model(AutoModelForCausalLM, args.model_path, arr.actor.fsdp_config, seed=0, trainable=True,
-                                          lora_config=arr.model if args.lora_rank > 0 else None)
+        module, hf_config = load_hf_model(
+            AutoModelForCausalLM,
+            args.model_path,
+            arr.actor.fsdp_config,
+            seed=0,
+            trainable=True,
+            lora_config=arr.model if args.lora_rank > 0 else None,
+        )
         optimizer = build_optimizer([p for p in module.parameters() if p.requires_grad], arr.actor.optim)
         hf_state = (lambda: merged_state(module)) if args.lora_rank > 0 else None
-        ckpt = FSDPCheckpointer(module, optimizer, None, hf_config, tokenizer, args.model_path, hf_state_fn=hf_state,
-                                tie_word_embeddings=bool(getattr(hf_config, "tie_word_embeddings", False)))
+        ckpt = FSDPCheckpointer(
+            module,
+            optimizer,
+            None,
+            hf_config,
+            tokenizer,
+            args.model_path,
+            hf_state_fn=hf_state,
+            tie_word_embeddings=bool(getattr(hf_config, "tie_word_embeddings", False)),
+        )
         return module, optimizer, ckpt
 
     out = args.out or tempfile.mkdtemp(prefix="bench_ckpt_")
@@ -84,8 +100,12 @@ def main(argv=None) -> None:
         start = time.perf_counter()
         merge(path, os.path.join(out, "merged"), progress=False)
         merge_s = time.perf_counter() - start
-        print(f"model {args.model_path} ({params / 1e6:.1f} M parameters, lora_rank={args.lora_rank}), threads={torch.get_num_threads()}")
-        print(f"save  {save_s:6.2f} s  ({', '.join(f'{k} {v:.2f}' for k, v in parts.items())})  {_size_mb(path):.0f} MB")
+        print(
+            f"model {args.model_path} ({params / 1e6:.1f} M parameters, lora_rank={args.lora_rank}), threads={torch.get_num_threads()}"
+        )
+        print(
+            f"save  {save_s:6.2f} s  ({', '.join(f'{k} {v:.2f}' for k, v in parts.items())})  {_size_mb(path):.0f} MB"
+        )
         print(f"load  {load_s:6.2f} s  ({', '.join(f'{k} {v:.2f}' for k, v in load_parts.items())})")
         print(f"hf_model export {export_s:6.2f} s  {_size_mb(os.path.join(out, 'hf_export', 'huggingface')):.0f} MB")
         print(f"merge {merge_s:6.2f} s  {_size_mb(os.path.join(out, 'merged')):.0f} MB")

@@ -43,7 +43,12 @@ class ContinueEnv(BaseTextEnv):
 
     def step(self, action):
         self.turns += 1
-        return {"observations": [{"role": "user", "content": "Continue."}], "reward": 0.0, "done": False, "metadata": {}}
+        return {
+            "observations": [{"role": "user", "content": "Continue."}],
+            "reward": 0.0,
+            "done": False,
+            "metadata": {},
+        }
 
 
 def _config(args):
@@ -52,19 +57,21 @@ def _config(args):
 
     # Room for the observations (about 12 tokens each) besides the model's tokens.
     budget = args.turns * (args.tokens_per_turn + 16)
-    config = build_config([
-        *args.overrides,
-        f"actor_rollout_ref.rollout.n={args.n}",
-        f"data.max_response_length={budget}",
-        f"data.val_batch_size={args.prompts}",
-        "data.return_raw_chat=true",
-        "actor_rollout_ref.rollout.ignore_eos=true",
-        "actor_rollout_ref.rollout.load_format=hf",
-        f"{MT}.enable=true",
-        f"{MT}.env_class=bench_continue",
-        f"{MT}.max_assistant_turns={args.turns}",
-        f"{MT}.max_tokens_per_turn={args.tokens_per_turn}",
-    ])
+    config = build_config(
+        [
+            *args.overrides,
+            f"actor_rollout_ref.rollout.n={args.n}",
+            f"data.max_response_length={budget}",
+            f"data.val_batch_size={args.prompts}",
+            "data.return_raw_chat=true",
+            "actor_rollout_ref.rollout.ignore_eos=true",
+            "actor_rollout_ref.rollout.load_format=hf",
+            f"{MT}.enable=true",
+            f"{MT}.env_class=bench_continue",
+            f"{MT}.max_assistant_turns={args.turns}",
+            f"{MT}.max_tokens_per_turn={args.tokens_per_turn}",
+        ]
+    )
     return resolve_default_assets(config)
 
 
@@ -125,7 +132,8 @@ def main(argv=None) -> int:
     multi = _timed(engine, batch, args.repeats)
     rollout = config.actor_rollout_ref.rollout
     engine.config = dataclasses.replace(
-        rollout, response_length=args.turns * args.tokens_per_turn,
+        rollout,
+        response_length=args.turns * args.tokens_per_turn,
         multi_turn=dataclasses.replace(rollout.multi_turn, enable=False),
     )
     single = _timed(engine, batch, args.repeats)
@@ -139,20 +147,28 @@ def main(argv=None) -> int:
     expected = args.prompts * args.n * args.turns * args.tokens_per_turn
     tps = {name: model_tokens[name] / r["seconds"] for name, r in (("multi", multi), ("single", single))}
     overhead = multi["seconds"] - multi["engine_seconds"]
-    print(f"\nrollout: {args.prompts} prompts x {args.n} samples, {args.turns} turns x {args.tokens_per_turn} tokens "
-          f"(ignore_eos) vs 1 turn x {args.turns * args.tokens_per_turn} tokens; engine dtype {engine.engine_dtype}, "
-          f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}, {platform.processor() or platform.machine()} with "
-          f"{os.cpu_count()} cores")
+    print(
+        f"\nrollout: {args.prompts} prompts x {args.n} samples, {args.turns} turns x {args.tokens_per_turn} tokens "
+        f"(ignore_eos) vs 1 turn x {args.turns * args.tokens_per_turn} tokens; engine dtype {engine.engine_dtype}, "
+        f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}, {platform.processor() or platform.machine()} with "
+        f"{os.cpu_count()} cores"
+    )
     print(f"{'rollout':<12} {'model tokens':>12} {'seconds':>8} {'engine s':>9} {'tokens/s':>9} {'ratio':>6}")
     for name, r in (("single-turn", single), ("multi-turn", multi)):
         key = "multi" if name == "multi-turn" else "single"
-        print(f"{name:<12} {model_tokens[key]:>12} {r['seconds']:>8.2f} {r['engine_seconds']:>9.2f} "
-              f"{tps[key]:>9.1f} {tps[key] / tps['single']:>6.2f}")
+        print(
+            f"{name:<12} {model_tokens[key]:>12} {r['seconds']:>8.2f} {r['engine_seconds']:>9.2f} "
+            f"{tps[key]:>9.1f} {tps[key] / tps['single']:>6.2f}"
+        )
     obs = multi["out"].non_tensor_batch["multi_turn_observation_tokens"]
     print(f"multi-turn observation tokens per trajectory: {float(sum(obs)) / len(obs):.1f}")
-    print(f"turn overhead (environment steps, rendering, decoding, assembly): {overhead:.3f} s = "
-          f"{overhead / multi['seconds']:.1%} of the multi-turn rollout (goal < 10%)")
-    print(f"multi-turn engine time / single-turn engine time = {multi['engine_seconds'] / single['engine_seconds']:.2f}")
+    print(
+        f"turn overhead (environment steps, rendering, decoding, assembly): {overhead:.3f} s = "
+        f"{overhead / multi['seconds']:.1%} of the multi-turn rollout (goal < 10%)"
+    )
+    print(
+        f"multi-turn engine time / single-turn engine time = {multi['engine_seconds'] / single['engine_seconds']:.2f}"
+    )
     if any(tokens != expected for tokens in model_tokens.values()):
         print(f"warning: expected {expected} model tokens per run; got {model_tokens}")
     return 0

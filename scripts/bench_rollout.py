@@ -31,8 +31,13 @@ import time
 
 
 def _settings(args) -> dict:
-    return {"prompts": args.prompts, "n": args.n, "tokens": args.tokens, "repeats": args.repeats,
-            "overrides": list(args.override)}
+    return {
+        "prompts": args.prompts,
+        "n": args.n,
+        "tokens": args.tokens,
+        "repeats": args.repeats,
+        "overrides": list(args.override),
+    }
 
 
 def _prompt_batch(config, count: int):
@@ -53,15 +58,17 @@ def _config(settings: dict):
     from hybrid.config import build_config
     from hybrid.defaults import resolve_default_assets
 
-    config = build_config([
-        f"actor_rollout_ref.rollout.n={settings['n']}",
-        f"data.max_response_length={settings['tokens']}",
-        f"data.val_batch_size={settings['prompts']}",
-        "actor_rollout_ref.rollout.ignore_eos=true",
-        "actor_rollout_ref.rollout.free_cache_engine=false",
-        "trainer.worker_group=local",
-        *settings.get("overrides", []),
-    ])
+    config = build_config(
+        [
+            f"actor_rollout_ref.rollout.n={settings['n']}",
+            f"data.max_response_length={settings['tokens']}",
+            f"data.val_batch_size={settings['prompts']}",
+            "actor_rollout_ref.rollout.ignore_eos=true",
+            "actor_rollout_ref.rollout.free_cache_engine=false",
+            "trainer.worker_group=local",
+            *settings.get("overrides", []),
+        ]
+    )
     return resolve_default_assets(config)
 
 
@@ -112,8 +119,12 @@ def run_standalone(settings: dict) -> dict:
         outputs = llm.generate(requests, params, use_tqdm=False)
         times.append(time.perf_counter() - start)
         tokens = sum(len(c.token_ids) for o in outputs for c in o.outputs)
-    return {"seconds": min(times), "tokens": tokens, "dtype": _engine_kwargs(rollout_cfg, "")["dtype"],
-            "libraries": _loaded_libraries()}
+    return {
+        "seconds": min(times),
+        "tokens": tokens,
+        "dtype": _engine_kwargs(rollout_cfg, "")["dtype"],
+        "libraries": _loaded_libraries(),
+    }
 
 
 def run_fused(settings: dict) -> dict:
@@ -135,8 +146,13 @@ def run_fused(settings: dict) -> dict:
         # With ignore_eos the engine always generates max_tokens; response_mask stops at the
         # first EOS, so it would undercount the work done.
         tokens = int(out.batch["responses"].numel())
-    return {"seconds": min(times), "engine_seconds": min(engine_times), "tokens": tokens,
-            "dtype": _engine_kwargs(config.actor_rollout_ref.rollout, "")["dtype"], "libraries": _loaded_libraries()}
+    return {
+        "seconds": min(times),
+        "engine_seconds": min(engine_times),
+        "tokens": tokens,
+        "dtype": _engine_kwargs(config.actor_rollout_ref.rollout, "")["dtype"],
+        "libraries": _loaded_libraries(),
+    }
 
 
 def _child(mode: str, settings: dict) -> dict:
@@ -146,7 +162,7 @@ def _child(mode: str, settings: dict) -> dict:
         sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-8000:])
         raise SystemExit(f"bench_rollout: the {mode} run failed (exit {proc.returncode})")
     marker = next(line for line in reversed(proc.stdout.splitlines()) if line.startswith("RESULT "))
-    return json.loads(marker[len("RESULT "):])
+    return json.loads(marker[len("RESULT ") :])
 
 
 def _loaded_libraries() -> list[str]:
@@ -161,13 +177,17 @@ def _report(args, results: dict) -> None:
     tps = {mode: r["tokens"] / r["seconds"] for mode, r in best.items()}
     base = tps.get("standalone", tps["fused"])
     expected = args.prompts * args.n * args.tokens
-    print(f"\nrollout: {args.prompts} prompts x {args.n} samples x {args.tokens} tokens (ignore_eos), "
-          f"dtype {best['fused']['dtype']}, OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}, "
-          f"{platform.processor() or platform.machine()} with {os.cpu_count()} cores")
+    print(
+        f"\nrollout: {args.prompts} prompts x {args.n} samples x {args.tokens} tokens (ignore_eos), "
+        f"dtype {best['fused']['dtype']}, OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}, "
+        f"{platform.processor() or platform.machine()} with {os.cpu_count()} cores"
+    )
     if args.override:
         print(f"overrides: {' '.join(args.override)}")
-    print(f"libraries (fused process): {' '.join(best['fused']['libraries']) or '-'}; "
-          f"LD_PRELOAD={os.environ.get('LD_PRELOAD', '')}")
+    print(
+        f"libraries (fused process): {' '.join(best['fused']['libraries']) or '-'}; "
+        f"LD_PRELOAD={os.environ.get('LD_PRELOAD', '')}"
+    )
     print(f"{'engine':<28} {'tokens':>7} {'seconds':>8} {'tokens/s':>9} {'ratio':>6}")
     for mode, label in (("standalone", "vllm.LLM.generate"), ("fused", "hybrid generate_sequences")):
         if mode in best:
@@ -188,8 +208,13 @@ def main(argv=None) -> int:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=2, help="timed generate calls per subprocess (best is kept)")
     parser.add_argument("--rounds", type=int, default=2, help="alternating subprocess pairs")
-    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
-                        help="config override for both sides (repeatable)")
+    parser.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="config override for both sides (repeatable)",
+    )
     parser.add_argument("--fused-only", action="store_true", help="time only the fused worker")
     parser.add_argument("--child", choices=["standalone", "fused"], help=argparse.SUPPRESS)
     parser.add_argument("--settings", help=argparse.SUPPRESS)

@@ -71,7 +71,9 @@ def grpo_args(spec: dict):
     )
 
 
-def build_result(spec, trainer, args, step_ends, gen_seconds, step_rewards, log_records, samples, started, loaded, finished) -> dict:
+def build_result(
+    spec, trainer, args, step_ends, gen_seconds, step_rewards, log_records, samples, started, loaded, finished
+) -> dict:
     """The JSON result bench_vs_trl.py reads."""
     import torch
     import transformers
@@ -129,7 +131,12 @@ def main(spec_path: str) -> None:
         texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
         scores = [compute_score(text, gt) for text, gt in zip(texts, ground_truth, strict=True)]
         step_rewards.append(sum(scores) / len(scores))
-        samples.append([{"response": t, "ground_truth": gt, "score": sc} for t, gt, sc in list(zip(texts, ground_truth, scores))[:4]])
+        samples.append(
+            [
+                {"response": t, "ground_truth": gt, "score": sc}
+                for t, gt, sc in list(zip(texts, ground_truth, scores))[:4]
+            ]
+        )
         return scores
 
     args = grpo_args(spec)
@@ -145,10 +152,17 @@ def main(spec_path: str) -> None:
         def on_step_end(self, args, state, control, **kwargs):
             step_ends.append(time.perf_counter())
             # What is known so far, in case the run is stopped before the end.
-            partial = {"partial": True, "step_seconds": [b - a for a, b in zip(step_ends, step_ends[1:])],
-                       "gen_seconds": gen_seconds, "step_rewards": step_rewards}
+            partial = {
+                "partial": True,
+                "step_seconds": [b - a for a, b in zip(step_ends, step_ends[1:])],
+                "gen_seconds": gen_seconds,
+                "step_rewards": step_rewards,
+            }
             Path(spec["result_path"] + ".partial").write_text(json.dumps(partial))
-            print(f"trl: step {state.global_step} {step_ends[-1] - step_ends[-2]:.1f}s reward {step_rewards[-1] if step_rewards else float('nan'):.3f}", flush=True)
+            print(
+                f"trl: step {state.global_step} {step_ends[-1] - step_ends[-2]:.1f}s reward {step_rewards[-1] if step_rewards else float('nan'):.3f}",
+                flush=True,
+            )
 
         def on_log(self, args, state, control, logs=None, **kwargs):
             if logs:
@@ -181,7 +195,9 @@ def main(spec_path: str) -> None:
     trainer.train()
     finished = time.perf_counter()
 
-    result = build_result(spec, trainer, args, step_ends, gen_seconds, step_rewards, log_records, samples, started, loaded, finished)
+    result = build_result(
+        spec, trainer, args, step_ends, gen_seconds, step_rewards, log_records, samples, started, loaded, finished
+    )
     Path(spec["result_path"]).write_text(json.dumps(result, indent=2))
     print(f"trl: wrote {spec['result_path']}", flush=True)
 

@@ -110,7 +110,7 @@ def prompt_once_tokens(input_ids, attention_mask, response_length: int, micro_ba
     micro: list[list[int]] = []
     for rows in groups.values():
         for start in range(0, len(rows), micro_batch_size):
-            piece = rows[start:start + micro_batch_size]
+            piece = rows[start : start + micro_batch_size]
             if micro and len(micro[-1]) + len(piece) <= micro_batch_size:
                 micro[-1] = micro[-1] + piece
             else:
@@ -131,16 +131,23 @@ def weight_counts(hf_config: dict) -> dict[str, int]:
     """Weights of the dense matrix products: all decoder layers' projections, and the
     vocabulary projection (lm_head, tied or not)."""
     hidden, inter = hf_config["hidden_size"], hf_config["intermediate_size"]
-    heads, kv_heads = hf_config["num_attention_heads"], hf_config.get("num_key_value_heads", hf_config["num_attention_heads"])
+    heads, kv_heads = (
+        hf_config["num_attention_heads"],
+        hf_config.get("num_key_value_heads", hf_config["num_attention_heads"]),
+    )
     head_dim = hf_config.get("head_dim") or hidden // heads
     attention = 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
     per_layer = attention + 3 * hidden * inter
     return {"layers": per_layer * hf_config["num_hidden_layers"], "vocab": hidden * hf_config["vocab_size"]}
 
 
-def matmul_floor_seconds(weights: dict[str, int], decoder_tokens: int, vocab_tokens: int, rates: dict[str, float]) -> float:
+def matmul_floor_seconds(
+    weights: dict[str, int], decoder_tokens: int, vocab_tokens: int, rates: dict[str, float]
+) -> float:
     """Forward + backward (6 FLOPs per weight per token) at the measured FLOP/s rates."""
-    return 6 * weights["layers"] * decoder_tokens / rates["layers"] + 6 * weights["vocab"] * vocab_tokens / rates["vocab"]
+    return (
+        6 * weights["layers"] * decoder_tokens / rates["layers"] + 6 * weights["vocab"] * vocab_tokens / rates["vocab"]
+    )
 
 
 def ratio(value, base) -> float | None:
@@ -148,12 +155,16 @@ def ratio(value, base) -> float | None:
 
 
 def format_table(rows: list[dict]) -> str:
-    header = f"{'variant':<15} {'s/update':>9} {'vs base':>8} {'decoder tok':>12} {'vocab tok':>10} " \
-             f"{'peak RSS GB':>12} {'floor s':>8} {'grad norm':>10} {'others':>7}  note"
+    header = (
+        f"{'variant':<15} {'s/update':>9} {'vs base':>8} {'decoder tok':>12} {'vocab tok':>10} "
+        f"{'peak RSS GB':>12} {'floor s':>8} {'grad norm':>10} {'others':>7}  note"
+    )
     lines = [header, "-" * len(header)]
     for r in rows:
         if r.get("skipped"):
-            lines.append(f"{r['variant']:<15} {'-':>9} {'-':>8} {'-':>12} {'-':>10} {'-':>12} {'-':>8} {'-':>10} {'-':>7}  {r['skipped']}")
+            lines.append(
+                f"{r['variant']:<15} {'-':>9} {'-':>8} {'-':>12} {'-':>10} {'-':>12} {'-':>8} {'-':>10} {'-':>7}  {r['skipped']}"
+            )
             continue
         vs = "-" if r.get("ratio") is None else f"{r['ratio']:.2f}"
         others = "-" if r.get("other_cores") is None else f"{r['other_cores']:.2f}"
@@ -170,18 +181,20 @@ def job_config(settings: dict, run_dir: Path, mixed_precision: str = "auto"):
     from hybrid.config import build_config
     from hybrid.defaults import resolve_default_assets
 
-    config = build_config([
-        f"data.train_batch_size={settings['prompts']}",
-        f"actor_rollout_ref.actor.ppo_mini_batch_size={settings['prompts']}",
-        f"actor_rollout_ref.rollout.n={settings['n']}",
-        f"data.max_response_length={settings['response_length']}",
-        f"actor_rollout_ref.rollout.temperature={settings['temperature']}",
-        f"data.seed={settings['seed']}",
-        "trainer.worker_group=local",
-        "trainer.val_before_train=false",
-        f"trainer.default_local_dir={run_dir}",
-        f"actor_rollout_ref.actor.fsdp_config.mixed_precision={mixed_precision}",
-    ])
+    config = build_config(
+        [
+            f"data.train_batch_size={settings['prompts']}",
+            f"actor_rollout_ref.actor.ppo_mini_batch_size={settings['prompts']}",
+            f"actor_rollout_ref.rollout.n={settings['n']}",
+            f"data.max_response_length={settings['response_length']}",
+            f"actor_rollout_ref.rollout.temperature={settings['temperature']}",
+            f"data.seed={settings['seed']}",
+            "trainer.worker_group=local",
+            "trainer.val_before_train=false",
+            f"trainer.default_local_dir={run_dir}",
+            f"actor_rollout_ref.actor.fsdp_config.mixed_precision={mixed_precision}",
+        ]
+    )
     config = resolve_default_assets(config)
     return config.with_schedule_steps(config.trainer.total_training_steps)
 
@@ -251,7 +264,9 @@ def _save_batch(batch, settings: dict, path: Path, extra: dict) -> dict:
         "rows": len(batch),
         "mean_score": float(scores.mean()),
         "mean_response_tokens": float(lengths.float().mean()),
-        "mean_prompt_tokens": float(tensors["attention_mask"][:, :-settings["response_length"]].sum(-1).float().mean()),
+        "mean_prompt_tokens": float(
+            tensors["attention_mask"][:, : -settings["response_length"]].sum(-1).float().mean()
+        ),
         "recorded": time.strftime("%Y-%m-%d %H:%M:%S"),
         **extra,
     }
@@ -282,7 +297,11 @@ def _build_actor(config, flags: dict):
     worker = group.worker
     old = worker.actor
     worker.actor = DataParallelPPOActor(
-        old.module, old.use_remove_padding, old.config, old.optimizer, old.lr_scheduler,
+        old.module,
+        old.use_remove_padding,
+        old.config,
+        old.optimizer,
+        old.lr_scheduler,
         **actor_kwargs(accepted_actor_flags(), flags),
     )
     return worker
@@ -338,11 +357,18 @@ def run_variant(name: str, path: Path, repeats: int, mixed_precision: str) -> di
         hook.remove()
     seconds = [update()[0] for _ in range(repeats)]
     return {
-        "variant": name, "seconds": statistics.median(seconds), "all_seconds": seconds, "warmup_seconds": warm_s,
-        "decoder_tokens_seen": counts["decoder"], "vocab_tokens_seen": counts["vocab"],
-        "grad_norm": float(warm_metrics["actor/grad_norm"]), "pg_loss": float(warm_metrics["actor/pg_loss"]),
-        "peak_rss_gb": _peak_rss_gb(), "rss_after_load_gb": rss_loaded,
-        "other_cores": statistics.mean(others[1:]) if others[1:] else None, "other_cores_each": others,
+        "variant": name,
+        "seconds": statistics.median(seconds),
+        "all_seconds": seconds,
+        "warmup_seconds": warm_s,
+        "decoder_tokens_seen": counts["decoder"],
+        "vocab_tokens_seen": counts["vocab"],
+        "grad_norm": float(warm_metrics["actor/grad_norm"]),
+        "pg_loss": float(warm_metrics["actor/pg_loss"]),
+        "peak_rss_gb": _peak_rss_gb(),
+        "rss_after_load_gb": rss_loaded,
+        "other_cores": statistics.mean(others[1:]) if others[1:] else None,
+        "other_cores_each": others,
         "threads": int(os.environ.get("OMP_NUM_THREADS", "0")),
     }
 
@@ -370,7 +396,9 @@ def _peak_rss_gb() -> float:
 
 
 # ----------------------------------------------------------------------------- the matmul rate
-def measure_rates(dtype_name: str, hidden: int, inter: int, vocab: int, tokens: int, vocab_tokens: int) -> dict[str, float]:
+def measure_rates(
+    dtype_name: str, hidden: int, inter: int, vocab: int, tokens: int, vocab_tokens: int
+) -> dict[str, float]:
     """FLOP/s of torch.mm on the update's shapes: (tokens x hidden) @ (hidden x intermediate)
     for the layers, (positions x hidden) @ (hidden x vocab) for the vocabulary projection."""
     import torch
@@ -402,7 +430,7 @@ def _child(args: list[str]) -> dict:
         sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-8000:])
         raise SystemExit(f"bench_update: {' '.join(args)} failed (exit {proc.returncode})")
     marker = next(line for line in reversed(proc.stdout.splitlines()) if line.startswith("RESULT "))
-    return json.loads(marker[len("RESULT "):])
+    return json.loads(marker[len("RESULT ") :])
 
 
 def accepted_actor_flags() -> set[str]:
@@ -449,8 +477,14 @@ def run_all(args, path: Path, saved: dict) -> dict:
     dtype = str(resolve_mixed_precision(args.mixed_precision)).replace("torch.", "")
     rows_per_micro = max(saved["meta"]["rows"] // micro, 1)
     before = cpu_snapshot()
-    rates = measure_rates(dtype, hf["hidden_size"], hf["intermediate_size"], hf["vocab_size"],
-                          expected["padded_rows"] // rows_per_micro, expected["logit_positions"] // rows_per_micro)
+    rates = measure_rates(
+        dtype,
+        hf["hidden_size"],
+        hf["intermediate_size"],
+        hf["vocab_size"],
+        expected["padded_rows"] // rows_per_micro,
+        expected["logit_positions"] // rows_per_micro,
+    )
     rates_others = others_cores(before, cpu_snapshot())
     accepted = accepted_actor_flags()
     rows = []
@@ -459,23 +493,43 @@ def run_all(args, path: Path, saved: dict) -> dict:
         if missing:
             rows.append({"variant": name, "skipped": f"skipped: DataParallelPPOActor takes no {', '.join(missing)}"})
             continue
-        result = _child(["--child-variant", name, "--batch", str(path), "--repeats", str(args.repeats),
-                         "--mixed-precision", args.mixed_precision])
+        result = _child(
+            [
+                "--child-variant",
+                name,
+                "--batch",
+                str(path),
+                "--repeats",
+                str(args.repeats),
+                "--mixed-precision",
+                args.mixed_precision,
+            ]
+        )
         rows.append(_row(name, result, expected, weights, rates))
     base = next((r for r in rows if r["variant"] == "baseline" and not r.get("skipped")), None)
     for r in rows:
         if not r.get("skipped"):
             r["ratio"] = ratio(r["seconds"], base["seconds"] if base else None)
     ideal = matmul_floor_seconds(weights, expected["prompt_once"], expected["response_tokens"], rates)
-    return {"rows": rows, "expected_tokens": expected, "weights": weights, "rates_flops": rates, "dtype": dtype,
-            "floor_tokens_that_matter_s": ideal, "rates_other_cores": rates_others}
+    return {
+        "rows": rows,
+        "expected_tokens": expected,
+        "weights": weights,
+        "rates_flops": rates,
+        "dtype": dtype,
+        "floor_tokens_that_matter_s": ideal,
+        "rates_other_cores": rates_others,
+    }
 
 
 def _ensure_batch(args) -> tuple[Path, dict]:
     settings = batch_settings(args.prompts, args.n)
     path = batch_path(settings)
     if args.record or not path.is_file():
-        print(f"bench_update: recording a rollout of the default job ({args.prompts} prompts x {args.n}) into {path}", flush=True)
+        print(
+            f"bench_update: recording a rollout of the default job ({args.prompts} prompts x {args.n}) into {path}",
+            flush=True,
+        )
         _child(["--child-record", json.dumps(settings)])
     return path, load_batch(path)
 
@@ -483,17 +537,21 @@ def _ensure_batch(args) -> tuple[Path, dict]:
 def _print_report(report: dict, saved: dict, load: tuple) -> None:
     meta = saved["meta"]
     e = report["expected_tokens"]
-    print(f"\nactor update on one recorded batch: {meta['rows']} samples ({meta['settings']['prompts']} prompts x "
-          f"{meta['settings']['n']}), mean prompt {meta['mean_prompt_tokens']:.1f} tokens, mean response "
-          f"{meta['mean_response_tokens']:.1f}, mean score {meta['mean_score']:.2f}; compute dtype {report['dtype']}, "
-          f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}, {platform.processor() or platform.machine()} with "
-          f"{os.cpu_count()} cores, load average before {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    print(
+        f"\nactor update on one recorded batch: {meta['rows']} samples ({meta['settings']['prompts']} prompts x "
+        f"{meta['settings']['n']}), mean prompt {meta['mean_prompt_tokens']:.1f} tokens, mean response "
+        f"{meta['mean_response_tokens']:.1f}, mean score {meta['mean_score']:.2f}; compute dtype {report['dtype']}, "
+        f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}, {platform.processor() or platform.machine()} with "
+        f"{os.cpu_count()} cores, load average before {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+    )
     print(format_table(report["rows"]))
     rates = report["rates_flops"]
-    print(f"matmul rates ({report['dtype']}): layers {rates['layers'] / 1e9:.0f} GFLOP/s, vocabulary "
-          f"{rates['vocab'] / 1e9:.0f} GFLOP/s (others {report['rates_other_cores']:.2f} cores); floor for the tokens that matter (each prompt once: "
-          f"{e['prompt_once']} decoder tokens, {e['response_tokens']} response tokens): "
-          f"{report['floor_tokens_that_matter_s']:.2f} s")
+    print(
+        f"matmul rates ({report['dtype']}): layers {rates['layers'] / 1e9:.0f} GFLOP/s, vocabulary "
+        f"{rates['vocab'] / 1e9:.0f} GFLOP/s (others {report['rates_other_cores']:.2f} cores); floor for the tokens that matter (each prompt once: "
+        f"{e['prompt_once']} decoder tokens, {e['response_tokens']} response tokens): "
+        f"{report['floor_tokens_that_matter_s']:.2f} s"
+    )
 
 
 def main(argv=None) -> int:
@@ -502,9 +560,15 @@ def main(argv=None) -> int:
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--n", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3, help="timed updates per variant (median reported)")
-    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset of " + ", ".join(VARIANTS))
-    parser.add_argument("--mixed-precision", choices=["auto", "bf16", "fp32"], default="auto",
-                        help="the actor's fsdp_config.mixed_precision (default: auto, as the default job)")
+    parser.add_argument(
+        "--variants", default=",".join(VARIANTS), help="comma-separated subset of " + ", ".join(VARIANTS)
+    )
+    parser.add_argument(
+        "--mixed-precision",
+        choices=["auto", "bf16", "fp32"],
+        default="auto",
+        help="the actor's fsdp_config.mixed_precision (default: auto, as the default job)",
+    )
     parser.add_argument("--child-record", help=argparse.SUPPRESS)
     parser.add_argument("--child-variant", choices=list(VARIANTS), help=argparse.SUPPRESS)
     parser.add_argument("--batch", help=argparse.SUPPRESS)
@@ -516,7 +580,11 @@ def main(argv=None) -> int:
         print("RESULT " + json.dumps(meta), flush=True)
         return 0
     if args.child_variant:
-        print("RESULT " + json.dumps(run_variant(args.child_variant, Path(args.batch), args.repeats, args.mixed_precision)), flush=True)
+        print(
+            "RESULT "
+            + json.dumps(run_variant(args.child_variant, Path(args.batch), args.repeats, args.mixed_precision)),
+            flush=True,
+        )
         return 0
     args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     unknown = [v for v in args.variants if v not in VARIANTS]
@@ -526,9 +594,19 @@ def main(argv=None) -> int:
     load = os.getloadavg()
     report = run_all(args, path, saved)
     _print_report(report, saved, load)
-    report.update({"batch": str(path), "batch_meta": saved["meta"], "load_before": load, "load_after": os.getloadavg(),
-                   "threads": os.environ["OMP_NUM_THREADS"], "cpu": platform.processor() or platform.machine(),
-                   "cores": os.cpu_count(), "repeats": args.repeats, "mixed_precision": args.mixed_precision})
+    report.update(
+        {
+            "batch": str(path),
+            "batch_meta": saved["meta"],
+            "load_before": load,
+            "load_after": os.getloadavg(),
+            "threads": os.environ["OMP_NUM_THREADS"],
+            "cpu": platform.processor() or platform.machine(),
+            "cores": os.cpu_count(),
+            "repeats": args.repeats,
+            "mixed_precision": args.mixed_precision,
+        }
+    )
     out = BENCH_DIR / f"bench_update-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.write_text(json.dumps(report, indent=2, default=str))
     print(f"written to {out.relative_to(REPO)}")

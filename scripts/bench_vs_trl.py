@@ -218,7 +218,9 @@ def _summary(step_seconds: list[float], rewards: list[float]) -> dict:
 
 
 # ----------------------------------------------------------------------------- runs
-def run_trl(python: Path, settings: dict, rows: list[dict], model_path: str, bf16: bool, threads: int, tag: str) -> dict:
+def run_trl(
+    python: Path, settings: dict, rows: list[dict], model_path: str, bf16: bool, threads: int, tag: str
+) -> dict:
     out_dir = BENCH_DIR / f"trl-{tag}"
     shutil.rmtree(out_dir, ignore_errors=True)
     out_dir.mkdir(parents=True)
@@ -232,7 +234,9 @@ def run_trl(python: Path, settings: dict, rows: list[dict], model_path: str, bf1
     }
     spec_path = out_dir / "spec.json"
     spec_path.write_text(json.dumps(spec))
-    print(f"bench: TRL {TRL_VERSION} GRPOTrainer, {'bf16' if bf16 else 'fp32'}, {settings['steps']} steps ...", flush=True)
+    print(
+        f"bench: TRL {TRL_VERSION} GRPOTrainer, {'bf16' if bf16 else 'fp32'}, {settings['steps']} steps ...", flush=True
+    )
     load_before = _loadavg()
     started = time.perf_counter()
     with open(out_dir / "log.txt", "w") as log, LoadSampler() as load:
@@ -326,7 +330,9 @@ def _fmt(x, spec=".1f") -> str:
 def print_table(results: dict, machine: dict, threads: int, trl_key: str | None) -> None:
     rows = [r for r in results.values() if r]
     print()
-    print(f"machine: {machine['cpu']}, {machine['cores']} cores, fast bf16: {machine['fast_bf16']}, OMP/torch threads: {threads}")
+    print(
+        f"machine: {machine['cpu']}, {machine['cores']} cores, fast bf16: {machine['fast_bf16']}, OMP/torch threads: {threads}"
+    )
     header = f"{'system':<22} {'s/step mean':>11} {'excl. step 1':>12} {'gen s excl. 1':>13} {'reward/step':>11} {'resp len':>8} {'wall s':>7} {'load1 mean/max':>14}"
     print(header)
     print("-" * len(header))
@@ -336,13 +342,17 @@ def print_table(results: dict, machine: dict, threads: int, trl_key: str | None)
             f"{_fmt(r['reward_mean'], '.3f'):>11} {_fmt(r.get('response_length_mean')):>8} {_fmt(r['wall_seconds'], '.0f'):>7} {_fmt(r.get('load1_mean')) + '/' + _fmt(r.get('load1_max')):>14}"
         )
         if r.get("load1_max", 0) > threads + 1:
-            print(f"  ^ the machine was busy during this run (1-min load up to {r['load1_max']:.1f} on {machine['cores']} cores): its timing is not clean")
+            print(
+                f"  ^ the machine was busy during this run (1-min load up to {r['load1_max']:.1f} on {machine['cores']} cores): its timing is not clean"
+            )
     hybrid, trl = results.get("hybrid"), results.get(trl_key) if trl_key else None
     if hybrid and trl:
         ratio_all = hybrid["s_per_step_mean"] / trl["s_per_step_mean"]
         ratio_steady = hybrid["s_per_step_mean_excl_first"] / trl["s_per_step_mean_excl_first"]
         verdict = "meets" if ratio_steady <= GOAL_RATIO else "misses"
-        print(f"ratio hybrid/{trl['name']}: {ratio_all:.2f} (all steps), {ratio_steady:.2f} (excl. step 1) -- goal <= {GOAL_RATIO}: {verdict}")
+        print(
+            f"ratio hybrid/{trl['name']}: {ratio_all:.2f} (all steps), {ratio_steady:.2f} (excl. step 1) -- goal <= {GOAL_RATIO}: {verdict}"
+        )
     if hybrid:
         print("hybrid per-phase seconds, mean excl. step 1 (all steps if only one):")
         for name, values in hybrid["phases"].items():
@@ -351,7 +361,9 @@ def print_table(results: dict, machine: dict, threads: int, trl_key: str | None)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--steps", type=int, default=5, help="training steps for each system (default 5)")
     parser.add_argument("--skip-trl", action="store_true", help="run hybrid only")
     parser.add_argument("--skip-hybrid", action="store_true", help="run TRL only")
@@ -361,7 +373,9 @@ def main(argv: list[str] | None = None) -> int:
         default="auto",
         help="TRL's precision: auto = bf16 where the CPU has fast bf16 matmuls, else fp32; both = run both, compare with the faster",
     )
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="OMP_NUM_THREADS for both runs (default: all cores)")
+    parser.add_argument(
+        "--threads", type=int, default=os.cpu_count() or 1, help="OMP_NUM_THREADS for both runs (default: all cores)"
+    )
     parser.add_argument("--out", type=Path, default=None, help="result JSON (default .bench/bench_vs_trl-<time>.json)")
     parser.add_argument("--install-only", action="store_true", help="create TRL's virtual environment and stop")
     args = parser.parse_args(argv)
@@ -389,8 +403,12 @@ def main(argv: list[str] | None = None) -> int:
         if precision == "auto":
             precision = "bf16" if machine["fast_bf16"] else "fp32"
         for p in ("fp32", "bf16") if precision == "both" else (precision,):
-            results[f"trl_{p}"] = run_trl(python, settings, rows, model_path, bf16=(p == "bf16"), threads=args.threads, tag=p)
-        trl_key = min((k for k in results if k.startswith("trl_")), key=lambda k: results[k]["s_per_step_mean_excl_first"])
+            results[f"trl_{p}"] = run_trl(
+                python, settings, rows, model_path, bf16=(p == "bf16"), threads=args.threads, tag=p
+            )
+        trl_key = min(
+            (k for k in results if k.startswith("trl_")), key=lambda k: results[k]["s_per_step_mean_excl_first"]
+        )
     if not args.skip_hybrid:
         results["hybrid"] = run_hybrid(settings, args.threads)
 
@@ -401,10 +419,14 @@ def main(argv: list[str] | None = None) -> int:
         "settings": settings,
         "model_path": model_path,
         "train_file": data["train"],
-        "command": " ".join([".venv/bin/python", "-m", "scripts.bench_vs_trl", *(sys.argv[1:] if argv is None else argv)]),
+        "command": " ".join(
+            [".venv/bin/python", "-m", "scripts.bench_vs_trl", *(sys.argv[1:] if argv is None else argv)]
+        ),
         "trl_compared": trl_key,
         "ratio_mean": hybrid["s_per_step_mean"] / trl["s_per_step_mean"] if hybrid and trl else None,
-        "ratio_mean_excl_first": hybrid["s_per_step_mean_excl_first"] / trl["s_per_step_mean_excl_first"] if hybrid and trl else None,
+        "ratio_mean_excl_first": hybrid["s_per_step_mean_excl_first"] / trl["s_per_step_mean_excl_first"]
+        if hybrid and trl
+        else None,
         "goal_ratio": GOAL_RATIO,
         "results": results,
     }

@@ -81,14 +81,18 @@ def main(argv=None) -> int:
     from hybrid.trainer import build_dataloaders
     from workers.model_loading import load_tokenizer
 
-    config = resolve_default_assets(build_config([
-        f"actor_rollout_ref.rollout.n={args.n}",
-        f"data.max_response_length={args.tokens}",
-        f"data.train_batch_size={args.prompts}",
-        f"actor_rollout_ref.actor.ppo_mini_batch_size={args.prompts}",
-        "actor_rollout_ref.rollout.free_cache_engine=false",
-        "trainer.worker_group=local",
-    ]))
+    config = resolve_default_assets(
+        build_config(
+            [
+                f"actor_rollout_ref.rollout.n={args.n}",
+                f"data.max_response_length={args.tokens}",
+                f"data.train_batch_size={args.prompts}",
+                f"actor_rollout_ref.actor.ppo_mini_batch_size={args.prompts}",
+                "actor_rollout_ref.rollout.free_cache_engine=false",
+                "trainer.worker_group=local",
+            ]
+        )
+    )
     model = config.actor_rollout_ref.model
     train_dl, _ = build_dataloaders(config, load_tokenizer(model.tokenizer, model.trust_remote_code))
     group = build_worker_groups(config)["actor_rollout"]
@@ -102,9 +106,11 @@ def main(argv=None) -> int:
 
     best_sync, best_reload = min(sync_times), min(reload_times)
     sync, engine = worker.weight_sync, worker.rollout
-    print(f"\nweight sync: {model.path}, {num_bytes / 2**20:.0f} MiB in "
-          f"{str(engine.engine_dtype).removeprefix('torch.')}, bucket {sync.bucket_bytes // 2**20} MiB, "
-          f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}, {platform.machine()} with {os.cpu_count()} cores")
+    print(
+        f"\nweight sync: {model.path}, {num_bytes / 2**20:.0f} MiB in "
+        f"{str(engine.engine_dtype).removeprefix('torch.')}, bucket {sync.bucket_bytes // 2**20} MiB, "
+        f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}, {platform.machine()} with {os.cpu_count()} cores"
+    )
     print(f"{'what':<34} {'seconds':>8} {'ratio':>6}")
     print(f"{'engine reload_weights (baseline)':<34} {best_reload:>8.3f} {1.0:>6.2f}")
     print(f"{'hybrid sync (gather + reload)':<34} {best_sync:>8.3f} {best_sync / best_reload:>6.2f}")

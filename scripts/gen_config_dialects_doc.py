@@ -75,17 +75,32 @@ def render_dialect(d: Dialect, flag: str) -> str:
     maps = [r for r in d.rules if r.kind == "map"]
     ignored = [r for r in d.rules if r.kind == "ignore"]
     refused = [r for r in d.rules if r.kind == "refuse"]
-    lines += [f"### Mapped {d.name} keys ({len(maps)})", "",
-              f"| {d.name} key | verl key(s) | value | note |", "|---|---|---|---|"]
+    lines += [
+        f"### Mapped {d.name} keys ({len(maps)})",
+        "",
+        f"| {d.name} key | verl key(s) | value | note |",
+        "|---|---|---|---|",
+    ]
     for r in maps:
         verl = "<br>".join(_code(v) for v in r.verl) or "(checked, writes nothing)"
         lines.append(f"| {_code(r.key)} | {verl} | {_cell(r.how)} | {_cell(r.note)} |")
-    lines += ["", f"### Accepted {d.name} keys that change nothing here ({len(ignored)})", "",
-              f"| {d.name} key | why |", "|---|---|"]
+    lines += [
+        "",
+        f"### Accepted {d.name} keys that change nothing here ({len(ignored)})",
+        "",
+        f"| {d.name} key | why |",
+        "|---|---|",
+    ]
     lines += [f"| {_code(r.key)} | {_cell(r.note)} |" for r in ignored]
-    lines += ["", f"### Refused {d.name} keys ({len(refused)})", "",
-              "A refused key is accepted only with the values in the second column (what hybrid does anyway).", "",
-              f"| {d.name} key | accepted values | reason |", "|---|---|---|"]
+    lines += [
+        "",
+        f"### Refused {d.name} keys ({len(refused)})",
+        "",
+        "A refused key is accepted only with the values in the second column (what hybrid does anyway).",
+        "",
+        f"| {d.name} key | accepted values | reason |",
+        "|---|---|---|",
+    ]
     lines += [f"| {_code(r.key)} | {_cell(r.accepts) or '(none)'} | {_cell(r.note)} |" for r in refused]
     lines.append("")
     return "\n".join(lines)
@@ -94,7 +109,11 @@ def render_dialect(d: Dialect, flag: str) -> str:
 def render() -> str:
     from hybrid.config.dialects import roll, skyrl
 
-    parts = [INTRO, render_dialect(skyrl.DIALECT, "--dialect skyrl"), render_dialect(roll.DIALECT, "--roll-config PATH.yaml")]
+    parts = [
+        INTRO,
+        render_dialect(skyrl.DIALECT, "--dialect skyrl"),
+        render_dialect(roll.DIALECT, "--roll-config PATH.yaml"),
+    ]
     return "\n".join(parts).rstrip("\n") + "\n"
 
 

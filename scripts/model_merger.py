@@ -53,12 +53,16 @@ class ShardedCheckpoint:
         check_checkpoint_folder(local_dir)
         self.meta = read_meta(local_dir)
         if "model" not in self.meta["contents"]:
-            raise CheckpointError(f"{local_dir} holds {self.meta['contents']} and no model shards; save with 'model' in checkpoint.save_contents")
+            raise CheckpointError(
+                f"{local_dir} holds {self.meta['contents']} and no model shards; save with 'model' in checkpoint.save_contents"
+            )
         self.world_size = int(self.meta["world_size"])
         paths = [os.path.join(local_dir, shard_file("model", self.world_size, r)) for r in range(self.world_size)]
         missing = [p for p in paths if not os.path.isfile(p)]
         if missing:
-            raise CheckpointError(f"{local_dir} was saved by {self.world_size} ranks but these shards are missing: {', '.join(missing)}")
+            raise CheckpointError(
+                f"{local_dir} was saved by {self.world_size} ranks but these shards are missing: {', '.join(missing)}"
+            )
         self.shards = [safe_open(p, framework="pt") for p in paths]
         self.layout = self.meta["tensors"]
         self.lora = self.meta.get("lora")
@@ -76,7 +80,9 @@ class ShardedCheckpoint:
             return self.shards[0].get_tensor(name)
         tensor = torch.cat([s.get_tensor(name) for s in self.shards], dim=0)
         if list(tensor.shape) != info["shape"]:
-            raise CheckpointError(f"{self.local_dir}: {name} rebuilt to shape {list(tensor.shape)}, expected {info['shape']}")
+            raise CheckpointError(
+                f"{self.local_dir}: {name} rebuilt to shape {list(tensor.shape)}, expected {info['shape']}"
+            )
         return tensor
 
     @property
@@ -98,21 +104,28 @@ def check_checkpoint_folder(local_dir: str) -> None:
     if not os.path.isdir(path):
         raise CheckpointError(f"--local_dir {local_dir} is a file; give a global_step_N/actor (or /critic) folder")
     if name.endswith(PARTIAL_SUFFIX) or os.path.basename(os.path.dirname(path)).endswith(PARTIAL_SUFFIX):
-        raise CheckpointError(f"--local_dir {local_dir} is (inside) a partial checkpoint: its save never finished; "
-                              f"use a complete global_step_N folder")
+        raise CheckpointError(
+            f"--local_dir {local_dir} is (inside) a partial checkpoint: its save never finished; "
+            f"use a complete global_step_N folder"
+        )
     if os.path.isfile(os.path.join(path, META_FILE)):
         return
     roles = [r for r in ("actor", "critic") if os.path.isfile(os.path.join(path, r, META_FILE))]
     if roles:
-        raise CheckpointError(f"--local_dir {local_dir} is a step folder; give one of its roles: "
-                              f"{', '.join(os.path.join(local_dir, r) for r in roles)}")
+        raise CheckpointError(
+            f"--local_dir {local_dir} is a step folder; give one of its roles: "
+            f"{', '.join(os.path.join(local_dir, r) for r in roles)}"
+        )
     if STEP_DIR.match(name):
         raise CheckpointError(f"--local_dir {local_dir} holds no actor or critic checkpoint (removed by retention?)")
     if os.path.isfile(os.path.join(path, "config.json")):
-        raise CheckpointError(f"--local_dir {local_dir} is a Hugging Face model folder already, not a checkpoint: "
-                              f"nothing to merge")
-    raise CheckpointError(f"--local_dir {local_dir} is not a checkpoint folder of this trainer ({META_FILE} is missing); "
-                          f"give trainer.default_local_dir/global_step_N/actor")
+        raise CheckpointError(
+            f"--local_dir {local_dir} is a Hugging Face model folder already, not a checkpoint: nothing to merge"
+        )
+    raise CheckpointError(
+        f"--local_dir {local_dir} is not a checkpoint folder of this trainer ({META_FILE} is missing); "
+        f"give trainer.default_local_dir/global_step_N/actor"
+    )
 
 
 def merged_items(ckpt: ShardedCheckpoint) -> Iterator[tuple[str, torch.Tensor]]:
@@ -126,7 +139,9 @@ def merged_items(ckpt: ShardedCheckpoint) -> Iterator[tuple[str, torch.Tensor]]:
             prefix = name[: -len(".base_layer.weight")]
             base = ckpt.full(name)
             merged = merge_lora_weight(
-                base, ckpt.full(f"{prefix}.lora_A.default.weight"), ckpt.full(f"{prefix}.lora_B.default.weight"),
+                base,
+                ckpt.full(f"{prefix}.lora_A.default.weight"),
+                ckpt.full(f"{prefix}.lora_B.default.weight"),
                 lora["scaling"][prefix],
             )
             yield hf_name(name), merged.to(base.dtype)
@@ -162,15 +177,24 @@ def _copy_metadata(src: str, target_dir: str, model_config: bool = True) -> None
             shutil.copy2(path, target)
 
 
-def merge(local_dir: str, target_dir: str, max_shard_size: str = "5GB", save_lora_adapter: bool = False,
-          dtype: str | None = None, hf_model_path: str | None = None, progress: bool = True) -> list[str]:
+def merge(
+    local_dir: str,
+    target_dir: str,
+    max_shard_size: str = "5GB",
+    save_lora_adapter: bool = False,
+    dtype: str | None = None,
+    hf_model_path: str | None = None,
+    progress: bool = True,
+) -> list[str]:
     """Write the Hugging Face folder (or peft adapter folder); returns the weight files written."""
     ckpt = ShardedCheckpoint(local_dir)
     # Every argument checked before the target folder is made.
     if os.path.exists(target_dir) and not os.path.isdir(target_dir):
         raise InputError([f"--target_dir {target_dir} is a file; give a folder (created if missing)"])
     if save_lora_adapter and not ckpt.lora:
-        raise InputError([f"{local_dir} has no LoRA adapter (trained with lora_rank=0); merge without --save_lora_adapter"])
+        raise InputError(
+            [f"{local_dir} has no LoRA adapter (trained with lora_rank=0); merge without --save_lora_adapter"]
+        )
     try:
         shard_limit = parse_size(max_shard_size)
     except ValueError as err:
@@ -181,7 +205,10 @@ def merge(local_dir: str, target_dir: str, max_shard_size: str = "5GB", save_lor
     if save_lora_adapter:
         from safetensors.torch import save_file
 
-        tensors = {n: (t.to(cast) if cast else t).contiguous() for n, t in tqdm(adapter_items(ckpt), desc="adapter", disable=not progress)}
+        tensors = {
+            n: (t.to(cast) if cast else t).contiguous()
+            for n, t in tqdm(adapter_items(ckpt), desc="adapter", disable=not progress)
+        }
         adapter_config = dict(ckpt.lora["adapter_config"])
         adapter_config["base_model_name_or_path"] = ckpt.meta.get("model_path")
         with open(os.path.join(target_dir, "adapter_config.json"), "w") as f:
@@ -209,7 +236,9 @@ def folder_items(path: str) -> Iterator[tuple[str, torch.Tensor]]:
     from safetensors import safe_open
 
     if not os.path.isdir(path):
-        raise InputError([f"{path} {'is a file' if os.path.exists(path) else 'does not exist'}; give a Hugging Face model folder"])
+        raise InputError(
+            [f"{path} {'is a file' if os.path.exists(path) else 'does not exist'}; give a Hugging Face model folder"]
+        )
     files = sorted(f for f in os.listdir(path) if f.endswith(".safetensors"))
     if not files:
         raise InputError([f"{path} has no .safetensors weights"])
@@ -268,13 +297,20 @@ def parse_args(argv=None) -> argparse.Namespace:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--backend", required=True, choices=["fsdp"], help="checkpoint format (FSDP2 shards)")
     common.add_argument("--local_dir", required=True, help="global_step_N/actor (or /critic) folder")
-    common.add_argument("--hf_model_path", default=None, help="config/tokenizer source (default: <local_dir>/huggingface)")
+    common.add_argument(
+        "--hf_model_path", default=None, help="config/tokenizer source (default: <local_dir>/huggingface)"
+    )
     merge_parser = sub.add_parser("merge", parents=[common], help="write a Hugging Face folder")
     merge_parser.add_argument("--target_dir", required=True)
     merge_parser.add_argument("--max_shard_size", default="5GB", help="largest safetensors file, e.g. 5GB, 500MB")
-    merge_parser.add_argument("--dtype", choices=sorted(DTYPES), default=None, help="cast the weights (default: as trained)")
-    merge_parser.add_argument("--save_lora_adapter", action="store_true",
-                              help="write the LoRA adapter as a peft folder instead of merging it into the weights")
+    merge_parser.add_argument(
+        "--dtype", choices=sorted(DTYPES), default=None, help="cast the weights (default: as trained)"
+    )
+    merge_parser.add_argument(
+        "--save_lora_adapter",
+        action="store_true",
+        help="write the LoRA adapter as a peft folder instead of merging it into the weights",
+    )
     test_parser = sub.add_parser("test", parents=[common], help="compare with a reference Hugging Face folder")
     test_parser.add_argument("--test_hf_dir", required=True)
     test_parser.add_argument("--atol", type=float, default=1e-6)
@@ -286,8 +322,12 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     start = time.perf_counter()
     if args.operation == "merge":
-        files = merge(args.local_dir, args.target_dir, args.max_shard_size, args.save_lora_adapter, args.dtype, args.hf_model_path)
-        print(f"model_merger: wrote {len(files)} weight file(s) to {args.target_dir} in {time.perf_counter() - start:.1f} s")
+        files = merge(
+            args.local_dir, args.target_dir, args.max_shard_size, args.save_lora_adapter, args.dtype, args.hf_model_path
+        )
+        print(
+            f"model_merger: wrote {len(files)} weight file(s) to {args.target_dir} in {time.perf_counter() - start:.1f} s"
+        )
         return 0
     ok, lines = compare(args.local_dir, args.test_hf_dir, args.atol)
     print("\n".join(lines))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 import warnings
-from typing import Iterable
+from collections.abc import Iterable
 
 from hybrid.plots import DEFAULT_SUBDIR, MetricsFileError, load_metrics, plot_metrics
 

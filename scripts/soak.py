@@ -38,7 +38,9 @@ def growth_percent(steps: list[int], values: list[float], from_step: int) -> flo
     """Growth in % from the value at the first step >= `from_step` to the last value."""
     pairs = [(s, v) for s, v in zip(steps, values) if s >= from_step]
     if len(pairs) < 2:
-        raise ValueError(f"need at least two records from step {from_step} on, have {len(pairs)} (steps {steps[:3]}...)")
+        raise ValueError(
+            f"need at least two records from step {from_step} on, have {len(pairs)} (steps {steps[:3]}...)"
+        )
     start, end = pairs[0][1], pairs[-1][1]
     if start <= 0:
         raise ValueError(f"the value at step {pairs[0][0]} is {start}; growth needs a positive start")
@@ -70,9 +72,12 @@ def summarize(records: list[dict], from_step: int) -> dict[str, dict[str, float]
             "rss_end_gb": s["rss_gb"][-1],
             "rss_growth_pct": growth_percent(s["step"], s["rss_gb"], from_step),
             "rss_peak_gb": max(s["rss_gb"]),
-            "heap_start_gb": s[HEAP][after[0]] if after else float("nan"), "heap_end_gb": s[HEAP][-1],
-            "fds_start": s["fds"][0], "fds_end": s["fds"][-1],
-            "threads_start": s["threads"][0], "threads_end": s["threads"][-1],
+            "heap_start_gb": s[HEAP][after[0]] if after else float("nan"),
+            "heap_end_gb": s[HEAP][-1],
+            "fds_start": s["fds"][0],
+            "fds_end": s["fds"][-1],
+            "threads_start": s["threads"][0],
+            "threads_end": s["threads"][-1],
         }
     return summary
 
@@ -89,7 +94,9 @@ def format_summary(summary: dict[str, dict[str, float]], from_step: int, last_st
         )
     worst = max(s["rss_growth_pct"] for s in summary.values())
     verdict = "within" if worst < goal_pct else "OVER"
-    lines.append(f"largest RSS growth from step {from_step} to {last_step}: {worst:.2f} % ({verdict} the {goal_pct:g} % goal)")
+    lines.append(
+        f"largest RSS growth from step {from_step} to {last_step}: {worst:.2f} % ({verdict} the {goal_pct:g} % goal)"
+    )
     return "\n".join(lines)
 
 
@@ -128,10 +135,18 @@ def build_tiny_model(out_dir: Path, tokenizer_dir: str) -> str:
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=1,  # head size 32: the vLLM CPU backend's smallest
-        max_position_embeddings=512, tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, torch_dtype="float32",
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,  # head size 32: the vLLM CPU backend's smallest
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        torch_dtype="float32",
     )
     torch.manual_seed(0)
     AutoModelForCausalLM.from_config(config).save_pretrained(out_dir, safe_serialization=True)
@@ -142,31 +157,33 @@ def build_tiny_model(out_dir: Path, tokenizer_dir: str) -> str:
 def soak_config(args, model_dir: str, files: dict, run_dir: Path):
     from hybrid.config import load_config, validate_config
 
-    cfg = load_config([
-        f"actor_rollout_ref.model.path={model_dir}",
-        f"data.train_files={files['train']}",
-        f"data.val_files={files['val']}",
-        "data.train_batch_size=8",
-        "data.max_prompt_length=64",
-        "data.max_response_length=16",
-        f"actor_rollout_ref.rollout.name={args.engine}",
-        "actor_rollout_ref.rollout.n=4",
-        "actor_rollout_ref.rollout.max_num_batched_tokens=1024",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=8",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
-        "actor_rollout_ref.actor.optim.lr=1e-3",
-        f"trainer.n_gpus_per_node={args.ranks}",
-        f"trainer.worker_group={args.worker_group}",
-        f"trainer.total_training_steps={args.steps}",
-        f"trainer.test_freq={args.test_freq}",
-        f"trainer.save_freq={args.save_freq}",
-        "trainer.max_actor_ckpt_to_keep=2",
-        "trainer.val_before_train=false",
-        "trainer.merge_on_finish=false",
-        "trainer.logger=[file]",
-        f"trainer.default_local_dir={run_dir}",
-        *args.override,
-    ])
+    cfg = load_config(
+        [
+            f"actor_rollout_ref.model.path={model_dir}",
+            f"data.train_files={files['train']}",
+            f"data.val_files={files['val']}",
+            "data.train_batch_size=8",
+            "data.max_prompt_length=64",
+            "data.max_response_length=16",
+            f"actor_rollout_ref.rollout.name={args.engine}",
+            "actor_rollout_ref.rollout.n=4",
+            "actor_rollout_ref.rollout.max_num_batched_tokens=1024",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8",
+            "actor_rollout_ref.actor.optim.lr=1e-3",
+            f"trainer.n_gpus_per_node={args.ranks}",
+            f"trainer.worker_group={args.worker_group}",
+            f"trainer.total_training_steps={args.steps}",
+            f"trainer.test_freq={args.test_freq}",
+            f"trainer.save_freq={args.save_freq}",
+            "trainer.max_actor_ckpt_to_keep=2",
+            "trainer.val_before_train=false",
+            "trainer.merge_on_finish=false",
+            "trainer.logger=[file]",
+            f"trainer.default_local_dir={run_dir}",
+            *args.override,
+        ]
+    )
     validate_config(cfg)
     return cfg
 
@@ -187,8 +204,12 @@ def train(cfg, log_path: Path) -> list[dict]:
     class SoakTrainer(PPOTrainer):
         def after_step(self, metrics: dict) -> None:
             super().after_step(metrics)  # the checkpoint, when due: part of the step's footprint
-            record = {"step": self.global_steps, "time": time.time(), "driver": process_stats(),
-                      "workers": self.actor_rollout_wg.memory_stats()}
+            record = {
+                "step": self.global_steps,
+                "time": time.time(),
+                "driver": process_stats(),
+                "workers": self.actor_rollout_wg.memory_stats(),
+            }
             records.append(record)
             with open(log_path, "a") as f:
                 f.write(json.dumps(record) + "\n")
@@ -210,12 +231,16 @@ def train(cfg, log_path: Path) -> list[dict]:
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--steps", type=int, default=220)
     parser.add_argument("--from-step", type=int, default=20, help="end of warm-up: growth is measured from here")
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--engine", default="vllm", choices=["vllm", "hf"])
-    parser.add_argument("--worker-group", default="ray", choices=["ray", "local"], help="local: one rank in this process")
+    parser.add_argument(
+        "--worker-group", default="ray", choices=["ray", "local"], help="local: one rank in this process"
+    )
     parser.add_argument("--test-freq", type=int, default=20)
     parser.add_argument("--save-freq", type=int, default=25)
     parser.add_argument("--out", type=Path, default=Path("outputs/soak"))
@@ -247,8 +272,10 @@ def main(argv=None) -> None:
     records = train(soak_config(args, model_dir, files, run_dir), log_path)
     minutes = (time.time() - started) / 60
     summary = summarize(records, args.from_step)
-    print(f"soak: {len(records)} steps in {minutes:.1f} min ({args.ranks} ranks, {args.engine} engine, "
-          f"validation every {args.test_freq}, checkpoint every {args.save_freq})")
+    print(
+        f"soak: {len(records)} steps in {minutes:.1f} min ({args.ranks} ranks, {args.engine} engine, "
+        f"validation every {args.test_freq}, checkpoint every {args.save_freq})"
+    )
     print(format_summary(summary, args.from_step, records[-1]["step"]))
     plot = plot_soak(records, args.from_step, args.plot or args.out / "soak_memory.png")
     (args.out / "soak_summary.json").write_text(json.dumps({"minutes": minutes, "summary": summary}, indent=1))

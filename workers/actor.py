@@ -32,7 +32,13 @@ from workers.losses import (
 from workers.micro_batch import MicroBatching, micro_batches, response_inputs, to_rows
 from workers.optimizer_step import MiniBatchCounts, OptimizerStep, UpdatePlan, all_reduce_max, world_size
 from workers.response_head import fused_response_head
-from workers.rollout_correction import CorrectionSettings, Stats, compute_correction, correction_metrics, rejected_loss_scale
+from workers.rollout_correction import (
+    CorrectionSettings,
+    Stats,
+    compute_correction,
+    correction_metrics,
+    rejected_loss_scale,
+)
 from workers.ulysses import SequenceParallel, SequenceSplit
 
 
@@ -44,8 +50,18 @@ class DataParallelPPOActor:
     `model.use_fused_kernels`). `sp`: this rank's sequence-parallel group; the rows given
     are then the whole group's (workers/ulysses.py)."""
 
-    def __init__(self, module: torch.nn.Module, use_remove_padding: bool, config=None, optimizer=None, lr_scheduler=None,
-                 *, share_prompts: bool = False, chunk_logits: bool = False, sp: SequenceParallel | None = None):
+    def __init__(
+        self,
+        module: torch.nn.Module,
+        use_remove_padding: bool,
+        config=None,
+        optimizer=None,
+        lr_scheduler=None,
+        *,
+        share_prompts: bool = False,
+        chunk_logits: bool = False,
+        sp: SequenceParallel | None = None,
+    ):
         self.config = config
         self.share_prompts = share_prompts
         self.sp = sp
@@ -90,7 +106,9 @@ class DataParallelPPOActor:
         return log_probs, None if entropy is None else to_rows(split.gather(entropy), valid)
 
     @torch.no_grad()
-    def compute_log_prob(self, data: DataProto, batching: MicroBatching, temperature: float, calculate_entropy: bool = False):
+    def compute_log_prob(
+        self, data: DataProto, batching: MicroBatching, temperature: float, calculate_entropy: bool = False
+    ):
         """Log-probs (B, R) of `responses` under the current weights, and entropy if asked."""
         self.module.eval()
         keys = ["responses", "input_ids", "attention_mask", "position_ids"]
@@ -134,9 +152,9 @@ class DataParallelPPOActor:
             epochs=cfg.ppo_epochs,
             shuffle=cfg.shuffle,
             seed=cfg.data_loader_seed if cfg.data_loader_seed is not None else 0,
-            micro=MicroBatching(cfg.ppo_micro_batch_size_per_gpu, cfg.use_dynamic_bsz, cfg.ppo_max_token_len_per_gpu).for_model(
-                self.share_prompts, self.sp
-            ),
+            micro=MicroBatching(
+                cfg.ppo_micro_batch_size_per_gpu, cfg.use_dynamic_bsz, cfg.ppo_max_token_len_per_gpu
+            ).for_model(self.share_prompts, self.sp),
             seq_level=cfg.loss_agg_mode.startswith("seq-mean"),
         )
         metrics = self.step.run(data, keys, plan, loss)
@@ -178,7 +196,9 @@ class DataParallelPPOActor:
                 )
             return data, "micro"
         batch = data.batch
-        corr = compute_correction(batch["old_log_probs"], batch["rollout_log_probs"], batch["response_mask"], settings, _all_reduce)
+        corr = compute_correction(
+            batch["old_log_probs"], batch["rollout_log_probs"], batch["response_mask"], settings, _all_reduce
+        )
         stats.merge(corr.stats)
         data = data.select()  # a new container: the caller's rows keep their own mask
         if corr.weights is not None:
@@ -217,8 +237,17 @@ class _PolicyMicroLoss:
     """The policy loss of one micro-batch (a `MicroLoss` for the shared optimizer step):
     policy gradient, minus the entropy bonus, plus the KL loss; metrics weighted."""
 
-    def __init__(self, actor: DataParallelPPOActor, config, temperature: float, on_policy: bool, has_rollout_lp: bool,
-                 settings=None, where: str | None = None, stats: Stats | None = None):
+    def __init__(
+        self,
+        actor: DataParallelPPOActor,
+        config,
+        temperature: float,
+        on_policy: bool,
+        has_rollout_lp: bool,
+        settings=None,
+        where: str | None = None,
+        stats: Stats | None = None,
+    ):
         self.actor = actor
         self.config = config
         self.temperature = temperature
@@ -270,8 +299,13 @@ class _PolicyMicroLoss:
             weights = corr.weights
         if self.where != "bypass":
             return self.policy_loss_fn(
-                old_log_prob=old_log_prob, log_prob=log_prob, advantages=advantages, response_mask=mask,
-                loss_agg_mode=cfg.loss_agg_mode, config=cfg, rollout_is_weights=weights,
+                old_log_prob=old_log_prob,
+                log_prob=log_prob,
+                advantages=advantages,
+                response_mask=mask,
+                loss_agg_mode=cfg.loss_agg_mode,
+                config=cfg,
+                rollout_is_weights=weights,
             )
         # Bypass: the engine's log-probs are the anchor (the driver also sends them as
         # old_log_probs); rejected tokens leave the numerator only.
@@ -283,14 +317,21 @@ class _PolicyMicroLoss:
             )
         else:  # ppo_clip: the ratio pi_theta / pi_rollout already is the correction; weights are metrics only
             pg_loss, pg_metrics = self.policy_loss_fn(
-                old_log_prob=anchor, log_prob=log_prob, advantages=advantages, response_mask=kept,
-                loss_agg_mode=cfg.loss_agg_mode, config=cfg, rollout_is_weights=None,
+                old_log_prob=anchor,
+                log_prob=log_prob,
+                advantages=advantages,
+                response_mask=kept,
+                loss_agg_mode=cfg.loss_agg_mode,
+                config=cfg,
+                rollout_is_weights=None,
             )
         if corr.keep is not None:
             pg_loss = pg_loss * rejected_loss_scale(mask, kept, cfg.loss_agg_mode).to(pg_loss.dtype)
         return pg_loss, pg_metrics
 
-    def _skipped_pass_metrics(self, micro: dict, current_log_prob, entropy, counts: MiniBatchCounts, weight: float) -> dict:
+    def _skipped_pass_metrics(
+        self, micro: dict, current_log_prob, entropy, counts: MiniBatchCounts, weight: float
+    ) -> dict:
         """What the skipped old log-prob pass would have reported: entropy, engine/trainer gap."""
         mask = micro["response_mask"]
         metrics = {"actor/entropy": float(agg_loss(entropy.detach(), mask, self.config.loss_agg_mode)) * weight}

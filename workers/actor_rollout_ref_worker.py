@@ -35,14 +35,15 @@ from workers.shared_prefix import shares_prompts
 from workers.ulysses import check_heads, data_parallel_size, gather_group_rows, own_rows, sequence_parallel_group
 from workers.weight_sync import EngineWeightSync
 
-
 SP_KEY = "actor_rollout_ref.actor.ulysses_sequence_parallel_size"
 
 
 def log_prob_batching(section) -> MicroBatching:
     """A log-prob pass's micro-batches, from the `rollout` or `ref` section."""
     return MicroBatching(
-        section.log_prob_micro_batch_size_per_gpu, section.log_prob_use_dynamic_bsz, section.log_prob_max_token_len_per_gpu
+        section.log_prob_micro_batch_size_per_gpu,
+        section.log_prob_use_dynamic_bsz,
+        section.log_prob_max_token_len_per_gpu,
     )
 
 
@@ -60,7 +61,11 @@ class ActorRolloutRefWorker(ProfiledWorker, Worker):
         self.is_lora = config.model.is_lora
         self.ref_in_actor = False
         # verl's rule: a worker with the actor role profiles by the actor's section.
-        section, name = (config.actor.profiler, "actor") if self.role.has_actor or not self.role.has_ref else (config.ref.profiler, "ref")
+        section, name = (
+            (config.actor.profiler, "actor")
+            if self.role.has_actor or not self.role.has_ref
+            else (config.ref.profiler, "ref")
+        )
         self.profiler = StepProfiler(section, name, self.rank)
 
     # ------------------------------------------------------------------ building
@@ -95,11 +100,18 @@ class ActorRolloutRefWorker(ProfiledWorker, Worker):
 
         model = self.config.model
         return load_hf_model(
-            AutoModelForCausalLM, model.path, fsdp_config, seed=self.config.rollout.seed, trainable=trainable,
-            trust_remote_code=model.trust_remote_code, override_config=model.override_config,
-            gradient_checkpointing=model.enable_gradient_checkpointing, use_liger=model.use_liger,
+            AutoModelForCausalLM,
+            model.path,
+            fsdp_config,
+            seed=self.config.rollout.seed,
+            trainable=trainable,
+            trust_remote_code=model.trust_remote_code,
+            override_config=model.override_config,
+            gradient_checkpointing=model.enable_gradient_checkpointing,
+            use_liger=model.use_liger,
             lora_config=model if lora else None,
-            offload_policy=offload_policy, forward_prefetch=fsdp_config.forward_prefetch,
+            offload_policy=offload_policy,
+            forward_prefetch=fsdp_config.forward_prefetch,
         )
 
     def _build_policy(self):
@@ -109,15 +121,22 @@ class ActorRolloutRefWorker(ProfiledWorker, Worker):
         trainable = self.role.has_actor
         # A frozen policy copy (rollout role alone) still needs a saved adapter: it is the policy.
         lora = self.is_lora and (trainable or self.config.model.lora_adapter_path is not None)
-        self.actor_module, self.hf_config = self._load_causal_lm(actor.fsdp_config, trainable, actor.fsdp_config.offload_policy, lora)
+        self.actor_module, self.hf_config = self._load_causal_lm(
+            actor.fsdp_config, trainable, actor.fsdp_config.offload_policy, lora
+        )
         optimizer = scheduler = None
         if trainable:
             # Only what trains: under LoRA the frozen base weights get no optimizer state.
             optimizer = build_optimizer([p for p in self.actor_module.parameters() if p.requires_grad], actor.optim)
             scheduler = build_lr_scheduler(optimizer, actor.optim, actor.optim.total_training_steps)
         self.actor = DataParallelPPOActor(
-            self.actor_module, self.config.model.use_remove_padding, actor, optimizer, scheduler,
-            share_prompts=self.share_prompts, chunk_logits=uses_fused_head(self.config.model.use_fused_kernels, self.actor_module),
+            self.actor_module,
+            self.config.model.use_remove_padding,
+            actor,
+            optimizer,
+            scheduler,
+            share_prompts=self.share_prompts,
+            chunk_logits=uses_fused_head(self.config.model.use_fused_kernels, self.actor_module),
             sp=self.sp,
         )
         if self.sp:
@@ -126,7 +145,9 @@ class ActorRolloutRefWorker(ProfiledWorker, Worker):
     @property
     def share_prompts(self) -> bool:
         """Prompt-once packing for the actor's and the reference's passes (actor.use_prefix_grouper)."""
-        return shares_prompts(self.config.actor.use_prefix_grouper, self.config.rollout.n, self.config.model.use_remove_padding)
+        return shares_prompts(
+            self.config.actor.use_prefix_grouper, self.config.rollout.n, self.config.model.use_remove_padding
+        )
 
     def _build_ref(self):
         use_remove_padding = self.config.model.use_remove_padding
@@ -158,9 +179,16 @@ class ActorRolloutRefWorker(ProfiledWorker, Worker):
     def _build_checkpointer(self):
         model = self.config.model
         self.checkpointer = FSDPCheckpointer(
-            self.actor_module, self.actor.optimizer, self.actor.lr_scheduler, self.hf_config, self.tokenizer,
-            model.path, hf_state_fn=self._hf_state, extra_state_fn=self._extra_state,
-            load_extra_fn=self._load_extra_state, tie_word_embeddings=bool(getattr(self.hf_config, "tie_word_embeddings", False)),
+            self.actor_module,
+            self.actor.optimizer,
+            self.actor.lr_scheduler,
+            self.hf_config,
+            self.tokenizer,
+            model.path,
+            hf_state_fn=self._hf_state,
+            extra_state_fn=self._extra_state,
+            load_extra_fn=self._load_extra_state,
+            tie_word_embeddings=bool(getattr(self.hf_config, "tie_word_embeddings", False)),
         )
 
     def _hf_state(self):
@@ -225,9 +253,14 @@ class ActorRolloutRefWorker(ProfiledWorker, Worker):
         rollout = self.config.rollout
         with self._actor_on_device():
             log_probs, entropy = self.actor.compute_log_prob(
-                gather_group_rows(data, self.sp), log_prob_batching(rollout), rollout.temperature, calculate_entropy=True
+                gather_group_rows(data, self.sp),
+                log_prob_batching(rollout),
+                rollout.temperature,
+                calculate_entropy=True,
             )
-        return DataProto.from_dict(tensors={"old_log_probs": own_rows(log_probs, self.sp), "entropys": own_rows(entropy, self.sp)})
+        return DataProto.from_dict(
+            tensors={"old_log_probs": own_rows(log_probs, self.sp), "entropys": own_rows(entropy, self.sp)}
+        )
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:

@@ -80,7 +80,12 @@ class Worker:
 
     def process_info(self) -> dict:
         """Where this rank runs: {'pid', 'node_ip', 'node_id', 'hostname'}."""
-        return {"pid": os.getpid(), "node_ip": node_ip_address(), "node_id": node_id(), "hostname": socket.gethostname()}
+        return {
+            "pid": os.getpid(),
+            "node_ip": node_ip_address(),
+            "node_id": node_id(),
+            "hostname": socket.gethostname(),
+        }
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def memory_stats(self) -> dict:

@@ -135,7 +135,9 @@ def load_model_shard(model: torch.nn.Module, path: str, layout: dict) -> None:
         value = saved[source]
         target = _local(tensor)
         if tuple(target.shape) != tuple(value.shape):
-            raise ValueError(f"checkpoint {path}: {name} has local shape {tuple(value.shape)}, the model's shard is {tuple(target.shape)}")
+            raise ValueError(
+                f"checkpoint {path}: {name} has local shape {tuple(value.shape)}, the model's shard is {tuple(target.shape)}"
+            )
         # The state dict's tensors share storage with the parameters: this writes the shard.
         target.copy_(value)
 
@@ -178,7 +180,10 @@ def load_optimizer_shard(optimizer: torch.optim.Optimizer, model: torch.nn.Modul
     params = [p for group in optimizer.param_groups for p in group["params"]]
     current = [names.get(id(p), "?") for p in params]
     if current != saved["param_names"]:
-        diff = next((i for i, (a, b) in enumerate(zip(current, saved["param_names"])) if a != b), min(len(current), len(saved["param_names"])))
+        diff = next(
+            (i for i, (a, b) in enumerate(zip(current, saved["param_names"])) if a != b),
+            min(len(current), len(saved["param_names"])),
+        )
         raise ValueError(
             f"optimizer checkpoint {path} was saved for other parameters ({len(saved['param_names'])} saved, "
             f"{len(current)} now; first difference at #{diff}); resume with the same model and lora settings"
@@ -187,8 +192,12 @@ def load_optimizer_shard(optimizer: torch.optim.Optimizer, model: torch.nn.Modul
         param = params[index]
         for key in keys:
             saved["state"][index][key] = DTensor.from_local(
-                saved["state"][index][key].to(param.device), param.device_mesh, param.placements,
-                run_check=False, shape=param.shape, stride=param.stride(),
+                saved["state"][index][key].to(param.device),
+                param.device_mesh,
+                param.placements,
+                run_check=False,
+                shape=param.shape,
+                stride=param.stride(),
             )
     optimizer.load_state_dict({"state": saved["state"], "param_groups": saved["param_groups"]})
 
@@ -201,8 +210,12 @@ def rng_state() -> dict:
     state = {
         "python": random.getstate(),
         # numpy's key array as a tensor: weights_only loading refuses numpy objects.
-        "numpy": {"key": torch.from_numpy(np_state[1].astype(np.int64)), "pos": int(np_state[2]),
-                  "has_gauss": int(np_state[3]), "cached_gaussian": float(np_state[4])},
+        "numpy": {
+            "key": torch.from_numpy(np_state[1].astype(np.int64)),
+            "pos": int(np_state[2]),
+            "has_gauss": int(np_state[3]),
+            "cached_gaussian": float(np_state[4]),
+        },
         "torch": torch.get_rng_state(),
     }
     device = get_torch_device()
@@ -214,8 +227,15 @@ def rng_state() -> dict:
 def set_rng_state(state: dict) -> None:
     random.setstate(state["python"])
     np_state = state["numpy"]
-    np.random.set_state(("MT19937", np_state["key"].numpy().astype(np.uint32), np_state["pos"],
-                         np_state["has_gauss"], np_state["cached_gaussian"]))
+    np.random.set_state(
+        (
+            "MT19937",
+            np_state["key"].numpy().astype(np.uint32),
+            np_state["pos"],
+            np_state["has_gauss"],
+            np_state["cached_gaussian"],
+        )
+    )
     torch.set_rng_state(state["torch"])
     device = get_torch_device()
     if device is not None and "device" in state:
@@ -276,7 +296,9 @@ class HFShardWriter:
         os.makedirs(out_dir, exist_ok=True)
         # Shards of an earlier, differently split write would be mixed into the new index.
         for name in os.listdir(out_dir):
-            if name.startswith("model") and (name.endswith(".safetensors") or name.endswith(".safetensors.index.json") or name.endswith(".tmp")):
+            if name.startswith("model") and (
+                name.endswith(".safetensors") or name.endswith(".safetensors.index.json") or name.endswith(".tmp")
+            ):
                 os.remove(os.path.join(out_dir, name))
         self.pending: dict[str, torch.Tensor] = {}
         self.pending_bytes = 0
@@ -314,7 +336,9 @@ class HFShardWriter:
             finals.append(os.path.join(self.out_dir, final_name))
             weight_map.update({n: final_name for n in names})
         with open(os.path.join(self.out_dir, "model.safetensors.index.json"), "w") as f:
-            json.dump({"metadata": {"total_size": self.total_bytes}, "weight_map": weight_map}, f, indent=2, sort_keys=True)
+            json.dump(
+                {"metadata": {"total_size": self.total_bytes}, "weight_map": weight_map}, f, indent=2, sort_keys=True
+            )
         return finals
 
 
@@ -341,8 +365,19 @@ class FSDPCheckpointer:
     (the rollout's sampling counter).
     """
 
-    def __init__(self, model, optimizer, lr_scheduler, hf_config, tokenizer, model_path: str,
-                 hf_state_fn=None, extra_state_fn=None, load_extra_fn=None, tie_word_embeddings: bool = False):
+    def __init__(
+        self,
+        model,
+        optimizer,
+        lr_scheduler,
+        hf_config,
+        tokenizer,
+        model_path: str,
+        hf_state_fn=None,
+        extra_state_fn=None,
+        load_extra_fn=None,
+        tie_word_embeddings: bool = False,
+    ):
         self.model = model
         self.optimizer = optimizer
         self.lr_scheduler = lr_scheduler
@@ -367,7 +402,9 @@ class FSDPCheckpointer:
         contents = [c for c in contents]
         unknown = sorted(set(contents) - set(CONTENTS))
         if unknown:
-            raise ValueError(f"checkpoint.save_contents has unknown entries {unknown}; supported: {', '.join(CONTENTS)}")
+            raise ValueError(
+                f"checkpoint.save_contents has unknown entries {unknown}; supported: {', '.join(CONTENTS)}"
+            )
         os.makedirs(local_path, exist_ok=True)
         timing: dict[str, float] = {}
         W, r = self.world_size, self.rank
@@ -415,7 +452,10 @@ class FSDPCheckpointer:
                 "lora": None,
             }
             if is_peft_model(self.model):
-                meta["lora"] = {"adapter_config": adapter_config_dict(self.model), "scaling": scaling_by_module(self.model)}
+                meta["lora"] = {
+                    "adapter_config": adapter_config_dict(self.model),
+                    "scaling": scaling_by_module(self.model),
+                }
             with open(os.path.join(local_path, META_FILE), "w") as f:
                 json.dump(meta, f, indent=2)
         # Return only when every rank's files are on disk: the driver renames after this.
@@ -466,7 +506,9 @@ class FSDPCheckpointer:
         timing["optimizer"] = time.perf_counter() - start
         start = time.perf_counter()
         if "extra" in contents:
-            extra = torch.load(os.path.join(local_path, shard_file("extra_state", W, r)), map_location=host_device(), weights_only=True)
+            extra = torch.load(
+                os.path.join(local_path, shard_file("extra_state", W, r)), map_location=host_device(), weights_only=True
+            )
             if self.lr_scheduler is not None and extra["lr_scheduler"] is not None:
                 self.lr_scheduler.load_state_dict(extra["lr_scheduler"])
             set_rng_state(extra["rng"])

@@ -23,8 +23,14 @@ from workers.ulysses import SequenceParallel, SequenceSplit
 CRITIC_SHUFFLE_SEED = 0
 
 
-def forward_values(model, micro: dict, response_len: int, use_remove_padding: bool, share_prompts: bool = False,
-                   sp: SequenceParallel | None = None) -> torch.Tensor:
+def forward_values(
+    model,
+    micro: dict,
+    response_len: int,
+    use_remove_padding: bool,
+    share_prompts: bool = False,
+    sp: SequenceParallel | None = None,
+) -> torch.Tensor:
     """Values (B, R) at the positions predicting each response token (0 where there is none)."""
     inputs, keep, valid = response_inputs(micro, use_remove_padding or sp is not None, share_prompts)
     if valid is None:
@@ -40,8 +46,17 @@ class DataParallelPPOCritic:
     """`config`: the `critic` section; `sp`: this rank's sequence-parallel group, whose
     rows it is given (workers/ulysses.py)."""
 
-    def __init__(self, config, module: torch.nn.Module, optimizer, lr_scheduler, use_remove_padding: bool,
-                 *, share_prompts: bool = False, sp: SequenceParallel | None = None):
+    def __init__(
+        self,
+        config,
+        module: torch.nn.Module,
+        optimizer,
+        lr_scheduler,
+        use_remove_padding: bool,
+        *,
+        share_prompts: bool = False,
+        sp: SequenceParallel | None = None,
+    ):
         self.config = config
         self.sp = sp
         self.share_prompts = share_prompts  # packs prompt-once (workers/shared_prefix.py)
@@ -77,9 +92,9 @@ class DataParallelPPOCritic:
             epochs=cfg.ppo_epochs,
             shuffle=cfg.shuffle,
             seed=CRITIC_SHUFFLE_SEED,
-            micro=MicroBatching(cfg.ppo_micro_batch_size_per_gpu, cfg.use_dynamic_bsz, cfg.ppo_max_token_len_per_gpu).for_model(
-                self.share_prompts, self.sp
-            ),
+            micro=MicroBatching(
+                cfg.ppo_micro_batch_size_per_gpu, cfg.use_dynamic_bsz, cfg.ppo_max_token_len_per_gpu
+            ).for_model(self.share_prompts, self.sp),
             seq_level=cfg.loss_agg_mode.startswith("seq-mean"),
         )
         return self.step.run(data, keys, plan, self._micro_loss)

@@ -45,7 +45,8 @@ class CriticWorker(ProfiledWorker, Worker):
         # modifies it in place (critic.forward_values indexes and casts), and the warning
         # reached the console of every run with a critic.
         warnings.filterwarnings(
-            "ignore", message=r"FSDP2-wrapped module \(FSDP\w+ForTokenClassification\) returned a view tensor",
+            "ignore",
+            message=r"FSDP2-wrapped module \(FSDP\w+ForTokenClassification\) returned a view tensor",
             category=UserWarning,
         )
         cfg = self.config
@@ -57,22 +58,39 @@ class CriticWorker(ProfiledWorker, Worker):
             cfg.ppo_mini_batch_size, self.rollout_n, data_parallel_size(self.world_size, self.sp)
         )
         self.module, self.hf_config = load_hf_model(
-            AutoModelForTokenClassification, model.path, model.fsdp_config, seed=0, trainable=True,
-            trust_remote_code=model.trust_remote_code, override_config=model.override_config,
-            gradient_checkpointing=model.enable_gradient_checkpointing, offload_policy=model.fsdp_config.offload_policy,
+            AutoModelForTokenClassification,
+            model.path,
+            model.fsdp_config,
+            seed=0,
+            trainable=True,
+            trust_remote_code=model.trust_remote_code,
+            override_config=model.override_config,
+            gradient_checkpointing=model.enable_gradient_checkpointing,
+            offload_policy=model.fsdp_config.offload_policy,
             # As verl: no dropout on the value head, so values are deterministic functions of the weights.
-            num_labels=1, classifier_dropout=0.0,
+            num_labels=1,
+            classifier_dropout=0.0,
         )
         optimizer = build_optimizer(self.module.parameters(), cfg.optim)
         scheduler = build_lr_scheduler(optimizer, cfg.optim, cfg.optim.total_training_steps)
         self.critic = DataParallelPPOCritic(
-            cfg, self.module, optimizer, scheduler, model.use_remove_padding, share_prompts=self.share_prompts, sp=self.sp
+            cfg,
+            self.module,
+            optimizer,
+            scheduler,
+            model.use_remove_padding,
+            share_prompts=self.share_prompts,
+            sp=self.sp,
         )
         if self.sp:
             check_heads(self.hf_config, self.sp.size, key)
         self.checkpointer = FSDPCheckpointer(
-            self.module, optimizer, scheduler, self.hf_config,
-            load_tokenizer(model.tokenizer, model.trust_remote_code), model.path,
+            self.module,
+            optimizer,
+            scheduler,
+            self.hf_config,
+            load_tokenizer(model.tokenizer, model.trust_remote_code),
+            model.path,
             tie_word_embeddings=bool(getattr(self.hf_config, "tie_word_embeddings", False)),
         )
         if model.fsdp_config.param_offload:
@@ -96,7 +114,9 @@ class CriticWorker(ProfiledWorker, Worker):
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_values(self, data: DataProto) -> DataProto:
         cfg = self.config
-        batching = MicroBatching(cfg.forward_micro_batch_size_per_gpu, cfg.use_dynamic_bsz, cfg.forward_max_token_len_per_gpu)
+        batching = MicroBatching(
+            cfg.forward_micro_batch_size_per_gpu, cfg.use_dynamic_bsz, cfg.forward_max_token_len_per_gpu
+        )
         with self._on_device():
             values = self.critic.compute_values(gather_group_rows(data, self.sp), batching)
         return DataProto.from_dict(tensors={"values": own_rows(values, self.sp)})

@@ -11,7 +11,7 @@ import os
 import torch
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def is_cuda_available() -> bool:
     if os.environ.get("HYBRID_DEVICE") == "cpu":
         return False
@@ -86,9 +86,7 @@ def empty_cache() -> None:
 def require_cuda(feature: str) -> None:
     """GPU-only switches call this so a CPU run fails with a message naming the switch."""
     if not is_cuda_available():
-        raise RuntimeError(
-            f"{feature} needs a CUDA GPU and none is visible; set it to false on this machine"
-        )
+        raise RuntimeError(f"{feature} needs a CUDA GPU and none is visible; set it to false on this machine")
 
 
 def host_device() -> torch.device:

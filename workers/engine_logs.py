@@ -172,6 +172,10 @@ def stderr_to_engine_log(log_path: str | None) -> Iterator[None]:
             _flush_python_streams()
             os.dup2(saved, 2)
             if failed:
-                print(f"hybrid: the rollout engine's stderr output during its start is in {log_path}", file=sys.stderr, flush=True)
+                print(
+                    f"hybrid: the rollout engine's stderr output during its start is in {log_path}",
+                    file=sys.stderr,
+                    flush=True,
+                )
     finally:
         os.close(saved)

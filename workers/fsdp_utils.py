@@ -47,8 +47,13 @@ def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     return layers
 
 
-def apply_fsdp2(model: torch.nn.Module, param_dtype: torch.dtype, reshard_after_forward: bool,
-                offload_policy: bool = False, forward_prefetch: bool = False) -> torch.nn.Module:
+def apply_fsdp2(
+    model: torch.nn.Module,
+    param_dtype: torch.dtype,
+    reshard_after_forward: bool,
+    offload_policy: bool = False,
+    forward_prefetch: bool = False,
+) -> torch.nn.Module:
     """Shard every decoder layer, then the root; `offload_policy` (GPU only) keeps the
     parameters on the host and lets FSDP2 stream them in. `forward_prefetch` (verl's
     `fsdp_config.forward_prefetch`) is FSDP2's explicit forward prefetch: each decoder layer

@@ -46,7 +46,9 @@ def keep_freed_host_memory() -> bool:
     # mallopt returns 1 on success; a refusal is reported, not hidden
     failed = [param for param, value in settings if libc.mallopt(param, value) != 1]
     if failed:
-        raise RuntimeError(f"glibc mallopt refused parameters {failed}; set HYBRID_KEEP_HOST_MEMORY=0 to skip this tuning")
+        raise RuntimeError(
+            f"glibc mallopt refused parameters {failed}; set HYBRID_KEEP_HOST_MEMORY=0 to skip this tuning"
+        )
     _applied = True
     return True
 
@@ -81,8 +83,21 @@ def _fd_count() -> int:
 
 
 class _MallInfo2(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_size_t) for name in
-                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena",
+            "ordblks",
+            "smblks",
+            "hblks",
+            "hblkhd",
+            "usmblks",
+            "fsmblks",
+            "uordblks",
+            "fordblks",
+            "keepcost",
+        )
+    ]
 
 
 def _malloc_in_use() -> int | None:

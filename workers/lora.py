@@ -63,8 +63,10 @@ def adapter_folder_problem(path: str, lora_rank: int) -> str | None:
         return "a DoRA adapter cannot be merged as base + B @ A for the engine; use a plain LoRA adapter"
     rank = saved.get("r")
     if lora_rank > 0 and rank != lora_rank:
-        return (f"the adapter's rank r={rank} differs from actor_rollout_ref.model.lora_rank={lora_rank}; "
-                f"set lora_rank=0 (the adapter's rank is used) or lora_rank={rank}")
+        return (
+            f"the adapter's rank r={rank} differs from actor_rollout_ref.model.lora_rank={lora_rank}; "
+            f"set lora_rank=0 (the adapter's rank is used) or lora_rank={rank}"
+        )
     return None
 
 
@@ -109,7 +111,7 @@ def is_peft_model(module: torch.nn.Module) -> bool:
 
 def hf_name(peft_key: str) -> str:
     """The base model's parameter name for a key of the peft model's state dict."""
-    name = peft_key[len(PEFT_PREFIX):] if peft_key.startswith(PEFT_PREFIX) else peft_key
+    name = peft_key[len(PEFT_PREFIX) :] if peft_key.startswith(PEFT_PREFIX) else peft_key
     return name.replace(".base_layer.", ".")
 
 

@@ -291,7 +291,11 @@ def _metrics(clipfrac: torch.Tensor | float, ppo_kl: torch.Tensor, clipfrac_lowe
     def as_t(x):
         return x.detach() if torch.is_tensor(x) else torch.tensor(float(x), device=ref.device)
 
-    return {"actor/pg_clipfrac": as_t(clipfrac), "actor/ppo_kl": as_t(ppo_kl), "actor/pg_clipfrac_lower": as_t(clipfrac_lower)}
+    return {
+        "actor/pg_clipfrac": as_t(clipfrac),
+        "actor/ppo_kl": as_t(ppo_kl),
+        "actor/pg_clipfrac_lower": as_t(clipfrac_lower),
+    }
 
 
 @register_policy_loss("vanilla")
@@ -330,7 +334,12 @@ def compute_policy_loss_vanilla(
 
 @register_policy_loss("gspo")
 def compute_policy_loss_gspo(
-    old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="seq-mean-token-mean", config=None,
+    old_log_prob,
+    log_prob,
+    advantages,
+    response_mask,
+    loss_agg_mode="seq-mean-token-mean",
+    config=None,
     rollout_is_weights=None,
 ):
     """GSPO (https://arxiv.org/abs/2507.18071): a sequence-level ratio, the geometric mean of
@@ -467,7 +476,12 @@ def compute_policy_loss_cispo(
 
 @register_policy_loss("sapo")
 def compute_policy_loss_sapo(
-    old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="seq-mean-token-mean", config=None,
+    old_log_prob,
+    log_prob,
+    advantages,
+    response_mask,
+    loss_agg_mode="seq-mean-token-mean",
+    config=None,
     rollout_is_weights=None,
 ):
     """SAPO, Soft Adaptive Policy Optimization (https://arxiv.org/abs/2511.20347).
@@ -541,7 +555,13 @@ def compute_policy_loss_geo_mean(
 
 
 def compute_policy_loss_reinforce(
-    rollout_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None, rollout_is_weights=None
+    rollout_log_prob,
+    log_prob,
+    advantages,
+    response_mask,
+    loss_agg_mode="token-mean",
+    config=None,
+    rollout_is_weights=None,
 ):
     """REINFORCE against the rollout engine (verl 0.9's ``loss_type=reinforce`` in bypass mode):
     ``L = -A * w * logp`` with the detached weights ``w`` (pi_theta / pi_rollout; none when

@@ -56,8 +56,13 @@ def micro_batches(tensors, batching: MicroBatching, world_size: int) -> list[lis
     return micro_batch_indices(mask, batching, world_size, groups, group_token_counts(mask, response_len, groups))
 
 
-def micro_batch_indices(attention_mask: torch.Tensor, batching: MicroBatching, world_size: int,
-                        groups: list[list[int]] | None = None, group_tokens: list[int] | None = None) -> list[list[int]]:
+def micro_batch_indices(
+    attention_mask: torch.Tensor,
+    batching: MicroBatching,
+    world_size: int,
+    groups: list[list[int]] | None = None,
+    group_tokens: list[int] | None = None,
+) -> list[list[int]]:
     """Index lists of the rows of one rank's batch, never cutting one of `groups` unless a
     group alone exceeds the micro-batch size; every rank runs the same number of
     micro-batches when their counts can differ (FSDP2 synchronises inside each forward)."""
@@ -90,7 +95,9 @@ def _same_count(micro: list[list[int]], count: int) -> list[list[int]]:
         largest = max(range(len(micro)), key=lambda i: len(micro[i]))
         rows = micro[largest]
         if len(rows) < 2:
-            raise ValueError(f"this rank has {sum(map(len, micro))} rows, fewer than the {count} micro-batches another rank runs")
+            raise ValueError(
+                f"this rank has {sum(map(len, micro))} rows, fewer than the {count} micro-batches another rank runs"
+            )
         micro[largest : largest + 1] = [rows[: len(rows) // 2], rows[len(rows) // 2 :]]
     return micro
 
@@ -131,9 +138,7 @@ def split_by_token_budget(seq_lens: list[int], max_token_len: int, same_count_as
             load, b = heapq.heappop(bins)
             members[b].append(idx)
             heapq.heappush(bins, (load + seq_lens[idx], b))
-        overfull = any(
-            sum(seq_lens[i] for i in m) > max_token_len and len(m) > 1 for m in members
-        )
+        overfull = any(sum(seq_lens[i] for i in m) > max_token_len and len(m) > 1 for m in members)
         if not overfull or num_bins == len(seq_lens):
             return [sorted(m) for m in members if m]
         num_bins += 1
@@ -157,7 +162,12 @@ def pack(input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: to
     row_lens = attention_mask.sum(dim=-1, dtype=torch.int32)
     cu_seq_lens = torch.nn.functional.pad(row_lens.cumsum(0, dtype=torch.int32), (1, 0))
     max_len = int(row_lens.max())
-    varlen = {"cu_seq_lens_q": cu_seq_lens, "cu_seq_lens_k": cu_seq_lens, "max_length_q": max_len, "max_length_k": max_len}
+    varlen = {
+        "cu_seq_lens_q": cu_seq_lens,
+        "cu_seq_lens_k": cu_seq_lens,
+        "max_length_q": max_len,
+        "max_length_k": max_len,
+    }
     return packed_ids, packed_pos, packed_at, varlen
 
 

@@ -23,7 +23,6 @@ from workers.fsdp_utils import apply_fsdp2, resolve_mixed_precision
 from workers.lora import apply_lora
 from workers.packed_attention import register_packed_attention
 
-
 SHM_ROOT = "/dev/shm"
 USE_SHM = "actor_rollout_ref.model.use_shm"
 
@@ -63,7 +62,9 @@ def model_path_in_shm(path: str, shm_root: str | None = None) -> str:
         return path
     source = os.path.realpath(path)
     if not os.path.isdir(source):
-        raise FileNotFoundError(f"{USE_SHM}=true copies a local model folder, and {path!r} is not one; set {USE_SHM}=false or point model.path at a folder")
+        raise FileNotFoundError(
+            f"{USE_SHM}=true copies a local model folder, and {path!r} is not one; set {USE_SHM}=false or point model.path at a folder"
+        )
     files = _folder_files(source)
     size = sum(os.path.getsize(f) for f in files)
     newest = max((os.path.getmtime(f) for f in files), default=0.0)
@@ -87,7 +88,9 @@ def model_path_in_shm(path: str, shm_root: str | None = None) -> str:
         shutil.rmtree(staging, ignore_errors=True)
         if os.path.isdir(target):  # another rank renamed its copy first
             return target
-        raise OSError(f"{USE_SHM}=true: copying {path} into {shm_root} failed ({err}); set {USE_SHM}=false or free space there") from err
+        raise OSError(
+            f"{USE_SHM}=true: copying {path} into {shm_root} failed ({err}); set {USE_SHM}=false or free space there"
+        ) from err
     print(f"{USE_SHM}=true: copied {path} ({size / 2**20:.1f} MiB) to {target}")
     return target
 
@@ -133,7 +136,10 @@ def load_hf_model(
     torch.manual_seed(seed)  # freshly initialised heads (the critic's) must agree across ranks
     with _no_progress_bar():
         module = auto_cls.from_pretrained(
-            path, config=hf_config, dtype=torch.float32, attn_implementation=register_packed_attention(),
+            path,
+            config=hf_config,
+            dtype=torch.float32,
+            attn_implementation=register_packed_attention(),
             trust_remote_code=trust_remote_code,
         )
     if use_liger:

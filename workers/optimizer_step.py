@@ -96,7 +96,9 @@ class OptimizerStep:
         skipped = 0
         for epoch in range(plan.epochs):
             minis = data.select(batch_keys=keys).make_iterator(
-                mini_batch_size=plan.samples_per_rank, epochs=1, seed=plan.seed + epoch,
+                mini_batch_size=plan.samples_per_rank,
+                epochs=1,
+                seed=plan.seed + epoch,
                 dataloader_kwargs={"shuffle": plan.shuffle},
             )
             for mini in minis:
@@ -108,7 +110,9 @@ class OptimizerStep:
         self.optimizer.zero_grad(set_to_none=True)
         return self._reduce(sums, len(grad_norms), grad_norms, lr, skipped)
 
-    def _accumulate(self, mini: DataProto, keys: list[str], plan: UpdatePlan, micro_loss: MicroLoss, sums: dict) -> None:
+    def _accumulate(
+        self, mini: DataProto, keys: list[str], plan: UpdatePlan, micro_loss: MicroLoss, sums: dict
+    ) -> None:
         """Forward and backward every micro-batch of one mini-batch; gradients accumulate."""
         tensors = mini.batch.to(current_device())
         mask_all = tensors["response_mask"]

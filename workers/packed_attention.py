@@ -40,7 +40,9 @@ def _sdpa(q, k, v, **kwargs):
         return F.scaled_dot_product_attention(q, k, v, **kwargs)
 
 
-def packed_sdpa_attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs):
+def packed_sdpa_attention_forward(
+    module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, **kwargs
+):
     """query (1, H, T, D), key/value (1, H_kv, T, D) -> (1, T, H, D), as transformers' sdpa.
 
     A packed row arrives with `cu_seq_lens_q` (the sequence boundaries that
@@ -53,7 +55,9 @@ def packed_sdpa_attention_forward(module, query, key, value, attention_mask, dro
         # Sequence parallel (workers/ulysses.py): this rank's heads over the whole row.
         heads = query.shape[1]
         query, key, value = ulysses.heads_for_whole_row(query, key, value)
-        output, _ = packed_sdpa_attention_forward(module, query, key, value, None, dropout, scaling, is_causal, **kwargs)
+        output, _ = packed_sdpa_attention_forward(
+            module, query, key, value, None, dropout, scaling, is_causal, **kwargs
+        )
         return ulysses.row_slice_for_all_heads(output, heads), None
     cu_seq_lens = kwargs.get("cu_seq_lens_q")
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
@@ -63,7 +67,9 @@ def packed_sdpa_attention_forward(module, query, key, value, attention_mask, dro
             raise ValueError("a prompt-once packed row needs causal self-attention over one packed row without a cache")
         return shared_prefix_attention(query, key, value, layout, dropout, scaling), None
     if cu_seq_lens is None or not causal or query.shape[0] != 1 or query.shape[2] != key.shape[2]:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs)
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs
+        )
     lengths = [n for n in cu_seq_lens.diff().tolist() if n]  # rows without tokens pack to nothing
     gqa = query.shape[1] != key.shape[1]
     outputs = [
@@ -91,14 +97,25 @@ def shared_prefix_attention(query, key, value, layout, dropout: float, scaling) 
         index = layout.prompt_index
         # Prompts are padded at the end: the causal mask alone keeps real rows off the padding.
         out = _sdpa(
-            gather(q, index), gather(k, index), gather(v, index), dropout_p=dropout, scale=scaling, is_causal=True, enable_gqa=gqa,
+            gather(q, index),
+            gather(k, index),
+            gather(v, index),
+            dropout_p=dropout,
+            scale=scaling,
+            is_causal=True,
+            enable_gqa=gqa,
         )
         pieces.append(out.transpose(1, 2).reshape(-1, *out.shape[1:2], out.shape[-1]))
     if layout.response_query_index.numel():
         keys = layout.response_key_index
         out = _sdpa(
-            gather(q, layout.response_query_index), gather(k, keys), gather(v, keys),
-            attn_mask=layout.response_mask, dropout_p=dropout, scale=scaling, enable_gqa=gqa,
+            gather(q, layout.response_query_index),
+            gather(k, keys),
+            gather(v, keys),
+            attn_mask=layout.response_mask,
+            dropout_p=dropout,
+            scale=scaling,
+            enable_gqa=gqa,
         )
         pieces.append(out.transpose(1, 2).reshape(-1, *out.shape[1:2], out.shape[-1]))
     return _gather_rows(torch.cat(pieces), layout.output_index).unsqueeze(0)

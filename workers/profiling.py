@@ -47,8 +47,10 @@ class StepProfiler:
             return
         contents = set(self.section.tool_config.torch.contents)
         self.prof = torch.profiler.profile(
-            activities=_activities(contents), record_shapes="shapes" in contents,
-            profile_memory="memory" in contents, with_stack="stack" in contents,
+            activities=_activities(contents),
+            record_shapes="shapes" in contents,
+            profile_memory="memory" in contents,
+            with_stack="stack" in contents,
         )
         self.prof.start()
         _running.append(self.prof)

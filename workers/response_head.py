@@ -98,8 +98,17 @@ class _ChunkedLogProbs(torch.autograd.Function):
         g_lp = None if grad_log_probs is None else grad_log_probs.float() * scale
         g_ent = None if grad_entropy is None else grad_entropy.float() * scale
         for s, e in _chunks(hidden.shape[0], weight.shape[0]):
-            grad_z = _grad_logits_chunk(hidden[s:e], weight, bias, ctx.temperature, lse[s:e], entropy[s:e], labels[s:e],
-                                        None if g_lp is None else g_lp[s:e], None if g_ent is None else g_ent[s:e])
+            grad_z = _grad_logits_chunk(
+                hidden[s:e],
+                weight,
+                bias,
+                ctx.temperature,
+                lse[s:e],
+                entropy[s:e],
+                labels[s:e],
+                None if g_lp is None else g_lp[s:e],
+                None if g_ent is None else g_ent[s:e],
+            )
             grad_z = grad_z.to(hidden.dtype)
             if need_hidden:
                 grad_hidden[s:e] = grad_z @ weight
@@ -151,7 +160,9 @@ def fused_response_head(model, labels: torch.Tensor, temperature: float, with_en
         flat = hidden.reshape(-1, hidden.shape[-1])
         if flat.shape[0] != labels.shape[0]:
             raise ValueError(f"the fused head got {flat.shape[0]} positions for {labels.shape[0]} response tokens")
-        log_probs, entropy = _ChunkedLogProbs.apply(flat, head.weight, head.bias, labels, float(temperature), bool(with_entropy))
+        log_probs, entropy = _ChunkedLogProbs.apply(
+            flat, head.weight, head.bias, labels, float(temperature), bool(with_entropy)
+        )
         shape = hidden.shape[:-1]
         # A fresh tensor, not a view: FSDP2 hooks the root's output for its backward pass.
         return torch.stack([log_probs.view(shape), entropy.view(shape)], dim=-1)

@@ -38,8 +38,14 @@ class RewardModelWorker(Worker):
             or self.input_tokenizer.get_vocab() != self.rm_tokenizer.get_vocab()
         )
         self.module, _ = load_hf_model(
-            AutoModelForSequenceClassification, model.path, model.fsdp_config, seed=0, trainable=False,
-            trust_remote_code=model.trust_remote_code, num_labels=1, pad_token_id=self.rm_tokenizer.pad_token_id,
+            AutoModelForSequenceClassification,
+            model.path,
+            model.fsdp_config,
+            seed=0,
+            trainable=False,
+            trust_remote_code=model.trust_remote_code,
+            num_labels=1,
+            pad_token_id=self.rm_tokenizer.pad_token_id,
         )
         if model.fsdp_config.param_offload:
             offload_params(self.module)
@@ -61,7 +67,7 @@ class RewardModelWorker(Worker):
             chat = chat + [{"role": "assistant", "content": response_text}]
             ids = tok_rm.apply_chat_template(chat, tokenize=True)
             ids = list(ids["input_ids"]) if hasattr(ids, "keys") else list(ids)
-            rows.append(ids[-int(max_len):] if max_len else ids)
+            rows.append(ids[-int(max_len) :] if max_len else ids)
         width = max(len(r) for r in rows)
         input_ids = torch.full((len(rows), width), tok_rm.pad_token_id, dtype=torch.long)
         attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
@@ -89,8 +95,10 @@ class RewardModelWorker(Worker):
             for idx in micro_batch_indices(attention_mask, batching, self.world_size):
                 index = torch.tensor(idx, dtype=torch.long)
                 out = self.module(
-                    input_ids=input_ids[index].to(device), attention_mask=attention_mask[index].to(device),
-                    position_ids=position_ids[index].to(device), use_cache=False,
+                    input_ids=input_ids[index].to(device),
+                    attention_mask=attention_mask[index].to(device),
+                    position_ids=position_ids[index].to(device),
+                    use_cache=False,
                 )
                 scores[index] = out.logits[:, 0].float().cpu()
         response_mask = data.batch["response_mask"]

@@ -144,7 +144,9 @@ def _is_metrics(v: dict[str, float], settings: CorrectionSettings, tokens: float
     return m
 
 
-def _rs_option_metrics(v: dict[str, float], option: RejectionOption, tokens: float, valid_rows: float) -> dict[str, float]:
+def _rs_option_metrics(
+    v: dict[str, float], option: RejectionOption, tokens: float, valid_rows: float
+) -> dict[str, float]:
     p, name = f"rs_{option.name}_", f"rollout_rs_{option.name}"
     low = option.bounds[0]
     m = {f"{name}_mean": v[p + "x"] / (tokens + _EPS)}

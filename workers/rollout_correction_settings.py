@@ -14,10 +14,17 @@ from typing import Any
 SAFETY_BOUND = 20.0
 IS_LEVELS = ("token", "sequence")
 RS_OPTIONS = (
-    "token_k1", "token_k2", "token_k3",
-    "seq_sum_k1", "seq_sum_k2", "seq_sum_k3",
-    "seq_mean_k1", "seq_mean_k2", "seq_mean_k3",
-    "seq_max_k2", "seq_max_k3",
+    "token_k1",
+    "token_k2",
+    "token_k3",
+    "seq_sum_k1",
+    "seq_sum_k2",
+    "seq_sum_k3",
+    "seq_mean_k1",
+    "seq_mean_k2",
+    "seq_mean_k3",
+    "seq_max_k2",
+    "seq_max_k3",
 )
 LOSS_TYPES = ("ppo_clip", "reinforce")
 # verl 0.6/0.7 named rejection by level (with rollout_rs_threshold_lower and a per-token veto);
@@ -86,11 +93,15 @@ def parse_rejection(options: str, thresholds: Any) -> tuple[RejectionOption, ...
             raise ValueError(f"unknown option {name!r}{older}; choose from {', '.join(RS_OPTIONS)}")
     if thresholds is None or isinstance(thresholds, bool):
         raise ValueError("rejection needs rollout_rs_threshold (one entry, or one per option)")
-    specs = [str(thresholds)] if isinstance(thresholds, (int, float)) else [
-        part.strip() for part in str(thresholds).split(",") if part.strip()
-    ]
+    specs = (
+        [str(thresholds)]
+        if isinstance(thresholds, (int, float))
+        else [part.strip() for part in str(thresholds).split(",") if part.strip()]
+    )
     if len(specs) not in (1, len(names)):
-        raise ValueError(f"{thresholds!r} has {len(specs)} entries for {len(names)} options; give one, or one per option")
+        raise ValueError(
+            f"{thresholds!r} has {len(specs)} entries for {len(names)} options; give one, or one per option"
+        )
     specs = specs * len(names) if len(specs) == 1 else specs
     return tuple(_rejection_option(name, spec) for name, spec in zip(names, specs))
 
@@ -142,13 +153,17 @@ class CorrectionSettings:
         if not on:
             return cls("token", cap, None, False, (), False, "ppo_clip") if cap > 0 else None
         if section.loss_type not in LOSS_TYPES or (section.loss_type == "reinforce" and not section.bypass_mode):
-            raise ValueError(f"loss_type={section.loss_type!r}: choose {' or '.join(LOSS_TYPES)}; reinforce needs bypass_mode")
+            raise ValueError(
+                f"loss_type={section.loss_type!r}: choose {' or '.join(LOSS_TYPES)}; reinforce needs bypass_mode"
+            )
         upper, lower = math.inf, None
         if section.rollout_is is not None:
             if section.rollout_is not in IS_LEVELS:
                 raise ValueError(f"rollout_is={section.rollout_is!r}: choose {' or '.join(IS_LEVELS)} or null")
             upper, lower = parse_is_threshold(section.rollout_is_threshold)
-        rejection = () if section.rollout_rs is None else parse_rejection(section.rollout_rs, section.rollout_rs_threshold)
+        rejection = (
+            () if section.rollout_rs is None else parse_rejection(section.rollout_rs, section.rollout_rs_threshold)
+        )
         normalize = bool(section.rollout_is_batch_normalize) and section.rollout_is is not None
         return cls(section.rollout_is, upper, lower, normalize, rejection, bool(section.bypass_mode), section.loss_type)
 
@@ -161,6 +176,13 @@ class CorrectionSettings:
 
 
 __all__ = [
-    "CorrectionSettings", "IS_LEVELS", "LOSS_TYPES", "OLDER_RS_NAMES", "RS_OPTIONS", "RejectionOption",
-    "SAFETY_BOUND", "parse_is_threshold", "parse_rejection",
+    "CorrectionSettings",
+    "IS_LEVELS",
+    "LOSS_TYPES",
+    "OLDER_RS_NAMES",
+    "RS_OPTIONS",
+    "RejectionOption",
+    "SAFETY_BOUND",
+    "parse_is_threshold",
+    "parse_rejection",
 ]

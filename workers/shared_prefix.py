@@ -65,8 +65,13 @@ def attention_plan(prompts, responses, total: int, device) -> dict[str, torch.Te
         mask[i, 0, :, :p_len] = True
         mask[i, 0, :, p_max : p_max + r_len] = causal[:, :r_len]
         output_index[r0 : r0 + r_len] = base + i * r_max + torch.arange(r_len)
-    tensors = {"prompt_index": prompt_index, "response_query_index": query_index, "response_key_index": key_index,
-               "response_mask": mask, "output_index": output_index}
+    tensors = {
+        "prompt_index": prompt_index,
+        "response_query_index": query_index,
+        "response_key_index": key_index,
+        "response_mask": mask,
+        "output_index": output_index,
+    }
     return {k: v.to(device) for k, v in tensors.items()}
 
 
@@ -80,8 +85,9 @@ def shares_prompts(use_prefix_grouper: bool | None, rollout_n: int, use_remove_p
     return bool(use_prefix_grouper)
 
 
-def prompt_groups(input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
-                  response_len: int) -> list[list[int]]:
+def prompt_groups(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, response_len: int
+) -> list[list[int]]:
     """Row indices grouped by identical real prompt tokens and positions, in order of first
     appearance; rows within a group keep their order."""
     prompt_width = input_ids.shape[1] - response_len

@@ -64,7 +64,9 @@ def check_heads(hf_config, size: int, key: str) -> None:
     """Every rank of a group needs at least one attention head."""
     heads = getattr(hf_config, "num_attention_heads", None)
     if heads is None:
-        raise ValueError(f"{key}={size}: the model's config has no num_attention_heads; Ulysses splits attention by heads")
+        raise ValueError(
+            f"{key}={size}: the model's config has no num_attention_heads; Ulysses splits attention by heads"
+        )
     if heads < size:
         raise ValueError(f"{key}={size} is more than the model's {heads} attention heads; use at most {heads}")
 
@@ -172,8 +174,11 @@ class UlyssesAttention:
         flat = x[0].contiguous().reshape(-1)  # heads-major: rank j's heads are one block
         out = x.new_empty(size * mine * local * dim)
         out = differentiable_all_to_all(
-            out, flat, output_split_sizes=[mine * local * dim] * size,
-            input_split_sizes=[h * local * dim for h in sizes], group=self.sp.group,
+            out,
+            flat,
+            output_split_sizes=[mine * local * dim] * size,
+            input_split_sizes=[h * local * dim for h in sizes],
+            group=self.sp.group,
         )
         return out.reshape(size, mine, local, dim).transpose(0, 1).reshape(1, mine, size * local, dim)
 
@@ -186,8 +191,11 @@ class UlyssesAttention:
         sizes = _split_sizes(heads, size)
         out = output.new_empty(local * heads * dim)
         out = differentiable_all_to_all(
-            out, flat, output_split_sizes=[local * h * dim for h in sizes],
-            input_split_sizes=[local * mine * dim] * size, group=self.sp.group,
+            out,
+            flat,
+            output_split_sizes=[local * h * dim for h in sizes],
+            input_split_sizes=[local * mine * dim] * size,
+            group=self.sp.group,
         )
         pieces = [p.reshape(local, h, dim) for p, h in zip(out.split([local * h * dim for h in sizes]), sizes)]
         return torch.cat(pieces, dim=1).unsqueeze(0)

@@ -59,7 +59,9 @@ class EngineWeightSync:
     actor's weights.
     """
 
-    def __init__(self, rollout, state_fn: Callable[[], dict[str, torch.Tensor]], bucket_megabytes: int, tie_word_embeddings: bool):
+    def __init__(
+        self, rollout, state_fn: Callable[[], dict[str, torch.Tensor]], bucket_megabytes: int, tie_word_embeddings: bool
+    ):
         self.rollout = rollout
         self.state_fn = state_fn
         self.bucket_bytes = int(bucket_megabytes) * 1024 * 1024
@@ -71,6 +73,8 @@ class EngineWeightSync:
         """Gather and load the current weights (a collective: every rank calls it). The
         engine is woken for it and stays awake until it generates."""
         self.rollout.wake_up()
-        weights = iter_full_weights(self.state_fn(), self.rollout.engine_dtype, self.bucket_bytes, self.tie_word_embeddings)
+        weights = iter_full_weights(
+            self.state_fn(), self.rollout.engine_dtype, self.bucket_bytes, self.tie_word_embeddings
+        )
         self.rollout.update_weights(weights)
         self.synced = True

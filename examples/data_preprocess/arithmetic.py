@@ -40,7 +40,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--n_train", type=int, default=DEFAULT_SIZES["n_train"])
     parser.add_argument("--n_val", type=int, default=DEFAULT_SIZES["n_val"])
     parser.add_argument("--seed", type=int, default=DEFAULT_SIZES["seed"])
-    parser.add_argument("--digits", type=int, nargs="+", default=list(DEFAULT_MIX["digits"]), help="operand digit counts")
+    parser.add_argument(
+        "--digits", type=int, nargs="+", default=list(DEFAULT_MIX["digits"]), help="operand digit counts"
+    )
     parser.add_argument("--ops", nargs="+", choices=OPS, default=list(DEFAULT_MIX["ops"]))
     parser.add_argument("--digit_weights", type=float, nargs="+", default=None, help="one weight per --digits entry")
     parser.add_argument("--op_weights", type=float, nargs="+", default=None, help="one weight per --ops entry")

@@ -31,7 +31,13 @@ CONFIG_NAME = "ppo_trainer"
 
 # Dicts passed through to a library or a user function as keyword arguments: any subkey is
 # legal, so new ones are accepted without `+` (keys end with one of these dotted suffixes).
-FREE_FORM_SUFFIXES = ("engine_kwargs.vllm", "override_config", "reward_kwargs", "apply_chat_template_kwargs", "env_kwargs")
+FREE_FORM_SUFFIXES = (
+    "engine_kwargs.vllm",
+    "override_config",
+    "reward_kwargs",
+    "apply_chat_template_kwargs",
+    "env_kwargs",
+)
 
 # verl sections for what hybrid does not have: any key inside is refused with the reason
 # (rather than "unknown key"), so a verl script's user learns what is missing.
@@ -192,7 +198,7 @@ def default_config(config_name: str = CONFIG_NAME) -> DictConfig:
     return copy.deepcopy(_cached_default(config_name))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cached_default(config_name: str) -> DictConfig:
     # Composing takes ~0.15 s; the yaml does not change within a process. Callers only
     # read it (check_override_keys, normalize_overrides) or get a copy (default_config).

@@ -60,7 +60,6 @@ from hybrid.config.schema_profiling import (
 )
 from hybrid.config.typed import Annotated, AsList, AtLeast, Fixed, Fraction, NonNegative, OneOf, Positive, Problems, fmt
 
-
 # ---------------------------------------------------------------- data
 
 
@@ -72,7 +71,10 @@ class CustomClsConfig:
 
 @dataclass(frozen=True)
 class DataConfig:
-    tokenizer: Annotated[str | None, Fixed((None,), "the prompts are tokenized with actor_rollout_ref.model.tokenizer_path (or model.path)")]
+    tokenizer: Annotated[
+        str | None,
+        Fixed((None,), "the prompts are tokenized with actor_rollout_ref.model.tokenizer_path (or model.path)"),
+    ]
     train_files: Paths
     val_files: Paths | None
     prompt_key: str
@@ -83,7 +85,10 @@ class DataConfig:
     max_response_length: PositiveInt
     train_batch_size: PositiveInt
     val_batch_size: OptionalPositiveInt
-    return_raw_input_ids: Annotated[bool, Fixed((False,), "a reward model re-templates the decoded text itself (reward_model.model.input_tokenizer)")]
+    return_raw_input_ids: Annotated[
+        bool,
+        Fixed((False,), "a reward model re-templates the decoded text itself (reward_model.model.input_tokenizer)"),
+    ]
     return_raw_chat: bool
     return_full_prompt: bool
     shuffle: bool
@@ -98,7 +103,9 @@ class DataConfig:
 
     def check(self, problems: Problems) -> None:
         if self.custom_cls.path and not self.custom_cls.name:
-            problems.add(f"data.custom_cls.path={fmt(self.custom_cls.path)} needs data.custom_cls.name (the dataset class)")
+            problems.add(
+                f"data.custom_cls.path={fmt(self.custom_cls.path)} needs data.custom_cls.name (the dataset class)"
+            )
 
 
 # ---------------------------------------------------------------- actor, rollout, reference
@@ -203,7 +210,13 @@ class MultiTurnConfig:
 
 @dataclass(frozen=True)
 class RolloutConfig:
-    name: Annotated[str, OneOf(lambda: ("vllm", "hf"), unsupported=(("sglang", "hybrid's rollout engines are in-process vLLM and Hugging Face generate"),))]
+    name: Annotated[
+        str,
+        OneOf(
+            lambda: ("vllm", "hf"),
+            unsupported=(("sglang", "hybrid's rollout engines are in-process vLLM and Hugging Face generate"),),
+        ),
+    ]
     mode: Annotated[str, Fixed(("sync",), "hybrid generates in-process, one batch at a time (no async server mode)")]
     temperature: Annotated[float, NonNegative()]
     top_k: Annotated[int, AtLeast(-1, note=" (-1: no top-k filter)")]
@@ -223,10 +236,16 @@ class RolloutConfig:
     ignore_eos: bool
     enforce_eager: bool
     free_cache_engine: bool
-    load_format: Annotated[str, OneOf(
-        lambda: ("dummy_dtensor", "dummy_hf", "dummy", "dtensor", "hf", "auto", "safetensors"),
-        unsupported=(("dummy_megatron", "hybrid trains with FSDP only"), ("megatron", "hybrid trains with FSDP only")),
-    )]
+    load_format: Annotated[
+        str,
+        OneOf(
+            lambda: ("dummy_dtensor", "dummy_hf", "dummy", "dtensor", "hf", "auto", "safetensors"),
+            unsupported=(
+                ("dummy_megatron", "hybrid trains with FSDP only"),
+                ("megatron", "hybrid trains with FSDP only"),
+            ),
+        ),
+    ]
     tensor_model_parallel_size: PositiveInt
     max_num_batched_tokens: PositiveInt
     max_model_len: OptionalPositiveInt
@@ -238,7 +257,13 @@ class RolloutConfig:
     log_prob_use_dynamic_bsz: bool
     log_prob_max_token_len_per_gpu: PositiveInt
     n: Annotated[int, Positive()]
-    calculate_log_probs: Annotated[bool, Fixed((True,), "the engine's log-probs are always kept as rollout_log_probs (the engine/trainer gap is logged from them)")]
+    calculate_log_probs: Annotated[
+        bool,
+        Fixed(
+            (True,),
+            "the engine's log-probs are always kept as rollout_log_probs (the engine/trainer gap is logged from them)",
+        ),
+    ]
     update_weights_bucket_megabytes: PositiveInt
     # verl: gather the FSDP parameters layer by layer for the sync instead of all at once.
     # Our sync always streams (workers/weight_sync.py), so both values mean the same here.

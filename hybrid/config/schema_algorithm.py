@@ -56,10 +56,18 @@ def _loss_types() -> tuple[str, ...]:
 class RolloutCorrectionConfig:
     """`algorithm.rollout_correction`, verl 0.9's off-policy correction (workers/rollout_correction.py)."""
 
-    rollout_is: Annotated[str | None, OneOf(
-        _is_levels,
-        unsupported=(("geometric", "verl 0.9 has no geometric weights; reject by the geometric mean ratio with rollout_rs=seq_mean_k1"),),
-    )]
+    rollout_is: Annotated[
+        str | None,
+        OneOf(
+            _is_levels,
+            unsupported=(
+                (
+                    "geometric",
+                    "verl 0.9 has no geometric weights; reject by the geometric mean ratio with rollout_rs=seq_mean_k1",
+                ),
+            ),
+        ),
+    ]
     rollout_is_threshold: float | str | None
     rollout_is_batch_normalize: bool
     rollout_rs: str | None
@@ -81,7 +89,9 @@ class RolloutCorrectionConfig:
 
         key = "algorithm.rollout_correction"
         if self.rollout_is is not None and self.rollout_is_threshold is None:
-            problems.add(f"{key}.rollout_is={fmt(self.rollout_is)} needs rollout_is_threshold (a number: TIS; 'lower_upper': IcePop)")
+            problems.add(
+                f"{key}.rollout_is={fmt(self.rollout_is)} needs rollout_is_threshold (a number: TIS; 'lower_upper': IcePop)"
+            )
         elif self.rollout_is is not None and _ok(self.rollout_is, self.rollout_is_threshold):
             try:
                 parse_is_threshold(self.rollout_is_threshold)
@@ -91,12 +101,23 @@ class RolloutCorrectionConfig:
             try:
                 parse_rejection(self.rollout_rs, self.rollout_rs_threshold)
             except ValueError as err:
-                problems.add(f"{key}.rollout_rs={fmt(self.rollout_rs)} with rollout_rs_threshold={fmt(self.rollout_rs_threshold)}: {err}")
+                problems.add(
+                    f"{key}.rollout_rs={fmt(self.rollout_rs)} with rollout_rs_threshold={fmt(self.rollout_rs_threshold)}: {err}"
+                )
         if self.rollout_is_batch_normalize is True and self.rollout_is is None:
-            problems.add(f"{key}.rollout_is_batch_normalize=True normalises importance weights, but rollout_is=null computes none; set rollout_is=token or sequence")
+            problems.add(
+                f"{key}.rollout_is_batch_normalize=True normalises importance weights, but rollout_is=null computes none; set rollout_is=token or sequence"
+            )
         if self.loss_type == "reinforce" and self.bypass_mode is False:
-            problems.add(f"{key}.loss_type='reinforce' is the loss of bypass mode (verl ignores it otherwise); set bypass_mode=true or loss_type=ppo_clip")
-        if self.loss_type == "reinforce" and self.bypass_mode is True and _ok(actor.policy_loss.loss_mode) and actor.policy_loss.loss_mode != "vanilla":
+            problems.add(
+                f"{key}.loss_type='reinforce' is the loss of bypass mode (verl ignores it otherwise); set bypass_mode=true or loss_type=ppo_clip"
+            )
+        if (
+            self.loss_type == "reinforce"
+            and self.bypass_mode is True
+            and _ok(actor.policy_loss.loss_mode)
+            and actor.policy_loss.loss_mode != "vanilla"
+        ):
             problems.add(
                 f"{key}.loss_type='reinforce' replaces the policy loss, so actor_rollout_ref.actor.policy_loss.loss_mode="
                 f"{actor.policy_loss.loss_mode!r} would be ignored; set loss_mode=vanilla or loss_type=ppo_clip"
@@ -146,13 +167,17 @@ class TrainerConfig:
     resume_mode: Annotated[str, OneOf(lambda: ("auto", "disable", "resume_path"))]
     resume_from_path: str | None
     default_local_dir: str
-    default_hdfs_dir: Annotated[str | None, Fixed((None,), "hybrid writes checkpoints to trainer.default_local_dir only")]
+    default_hdfs_dir: Annotated[
+        str | None, Fixed((None,), "hybrid writes checkpoints to trainer.default_local_dir only")
+    ]
     max_actor_ckpt_to_keep: int | None
     max_critic_ckpt_to_keep: int | None
     merge_on_finish: bool
     plot_on_finish: bool
     ray_wait_register_center_timeout: PositiveInt
-    use_legacy_worker_impl: Annotated[str, Fixed(("auto",), "hybrid has one worker implementation (verl chooses between two)")]
+    use_legacy_worker_impl: Annotated[
+        str, Fixed(("auto",), "hybrid has one worker implementation (verl chooses between two)")
+    ]
     seed: int
 
     @property

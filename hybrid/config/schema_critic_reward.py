@@ -13,7 +13,6 @@ from hybrid.config.schema_models import CheckpointConfig, FSDPConfig, HFModelCon
 from hybrid.config.schema_profiling import ProfilerConfig
 from hybrid.config.typed import Annotated, Fixed, NonNegative, OneOf, Positive, Problems, fmt
 
-
 # ---------------------------------------------------------------- critic and reward
 
 
@@ -51,7 +50,9 @@ class RewardModelModelConfig:
     input_tokenizer: str | None
     path: str | None
     trust_remote_code: bool
-    use_remove_padding: Annotated[bool, Fixed((False,), "the reward model scores padded rows (packed rows are the actor's and critic's path)")]
+    use_remove_padding: Annotated[
+        bool, Fixed((False,), "the reward model scores padded rows (packed rows are the actor's and critic's path)")
+    ]
     fsdp_config: FSDPConfig
 
 
@@ -66,11 +67,21 @@ class RewardModelConfig:
     use_dynamic_bsz: bool
     forward_max_token_len_per_gpu: PositiveInt
     reward_manager: Annotated[str, OneOf(reward_managers)]
-    launch_reward_fn_async: Annotated[bool, Fixed((False,), "rewards are computed on the driver between generation and the update")]
-    use_reward_loop: Annotated[bool, Fixed((False,), "hybrid builds no reward-loop workers: rewards are scored on the driver between generation and the update (the same scores; the prime manager scores in a process pool of reward_kwargs.num_processes)")]
+    launch_reward_fn_async: Annotated[
+        bool, Fixed((False,), "rewards are computed on the driver between generation and the update")
+    ]
+    use_reward_loop: Annotated[
+        bool,
+        Fixed(
+            (False,),
+            "hybrid builds no reward-loop workers: rewards are scored on the driver between generation and the update (the same scores; the prime manager scores in a process pool of reward_kwargs.num_processes)",
+        ),
+    ]
     num_workers: PositiveInt  # verl's reward-loop workers: read only with use_reward_loop=true
     combine: Annotated[str, OneOf(lambda: ("sum", "rm_only"))]
-    sandbox_fusion: Annotated[Any, Fixed((None,), "hybrid has no sandbox code execution; score code in a custom reward function")]
+    sandbox_fusion: Annotated[
+        Any, Fixed((None,), "hybrid has no sandbox code execution; score code in a custom reward function")
+    ]
     reward_kwargs: dict[str, Any]
 
     def check(self, problems: Problems) -> None:
@@ -112,7 +123,9 @@ def _check_overlong_spellings(reward_kwargs: dict[str, Any], problems: Problems)
         return
     for key in cfg:
         if key not in OVERLONG_KEYS:
-            problems.add(f"{prefix}.{OVERLONG_VERL}.{key}: no such key (the overlong buffer has {', '.join(OVERLONG_KEYS)})")
+            problems.add(
+                f"{prefix}.{OVERLONG_VERL}.{key}: no such key (the overlong buffer has {', '.join(OVERLONG_KEYS)})"
+            )
     # The yaml's defaults tell a value the user wrote from one they left alone.
     from hybrid.config import default_config
 

@@ -8,7 +8,6 @@ from typing import Any
 
 from hybrid.config.typed import INVALID, Annotated, Fixed, OneOf, Positive
 
-
 PositiveInt = Annotated[int, Positive()]
 OptionalPositiveInt = Annotated[int | None, Positive()]
 Paths = str | tuple[str, ...]

@@ -11,7 +11,6 @@ from hybrid.config.registries import checkpoint_contents
 from hybrid.config.schema_fields import MIXED_PRECISION, _ok
 from hybrid.config.typed import Annotated, Fixed, Fraction, NonNegative, OneOf, Positive, Problems, fmt
 
-
 # ---------------------------------------------------------------- models, sharding, optimizers
 
 
@@ -65,7 +64,9 @@ class OptimConfig:
 
 @dataclass(frozen=True)
 class ActorOptimConfig(OptimConfig):
-    clip_grad: Annotated[float | None, Fixed((None,), "the actor's gradient clipping is actor_rollout_ref.actor.grad_clip")]
+    clip_grad: Annotated[
+        float | None, Fixed((None,), "the actor's gradient clipping is actor_rollout_ref.actor.grad_clip")
+    ]
 
 
 @dataclass(frozen=True)
@@ -92,9 +93,18 @@ class HFModelConfig:
 
 @dataclass(frozen=True)
 class FusedKernelOptions:
-    impl_backend: Annotated[str, OneOf(lambda: ("torch",), unsupported=(
-        ("triton", "the fused output layer (workers/response_head.py) is written in torch; use impl_backend=torch"),
-    ))]
+    impl_backend: Annotated[
+        str,
+        OneOf(
+            lambda: ("torch",),
+            unsupported=(
+                (
+                    "triton",
+                    "the fused output layer (workers/response_head.py) is written in torch; use impl_backend=torch",
+                ),
+            ),
+        ),
+    ]
 
 
 @dataclass(frozen=True)

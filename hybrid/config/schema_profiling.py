@@ -8,7 +8,6 @@ from typing import Any
 
 from hybrid.config.typed import Annotated, Fixed, NonNegative, OneOf, Positive, Problems
 
-
 # ---------------------------------------------------------------- profiling
 
 
@@ -16,17 +15,28 @@ def _profiler_tools() -> tuple[str, ...]:
     return ("torch",)
 
 
-PROFILER_TOOL = OneOf(_profiler_tools, unsupported=(
-    ("nsys", "hybrid runs no Nsight Systems workers; use tool=torch (chrome traces)"),
-    ("npu", "hybrid does not run on Ascend NPUs"),
-    ("torch_memory", "CUDA memory snapshots are not written; use tool=torch with tool_config.torch.contents=[memory]"),
-))
+PROFILER_TOOL = OneOf(
+    _profiler_tools,
+    unsupported=(
+        ("nsys", "hybrid runs no Nsight Systems workers; use tool=torch (chrome traces)"),
+        ("npu", "hybrid does not run on Ascend NPUs"),
+        (
+            "torch_memory",
+            "CUDA memory snapshots are not written; use tool=torch with tool_config.torch.contents=[memory]",
+        ),
+    ),
+)
 
 
 @dataclass(frozen=True)
 class TorchProfilerToolConfig:
     contents: tuple[Annotated[str, OneOf(lambda: ("cpu", "cuda", "memory", "shapes", "stack"))], ...]
-    discrete: Annotated[bool, Fixed((False,), "hybrid writes one trace per profiled step and rank, covering every call the worker makes in it")]
+    discrete: Annotated[
+        bool,
+        Fixed(
+            (False,), "hybrid writes one trace per profiled step and rank, covering every call the worker makes in it"
+        ),
+    ]
 
 
 @dataclass(frozen=True)
@@ -60,7 +70,9 @@ class ProfilerConfig:
                 f"global_profiler.steps (a list of steps); set them or set enable=false"
             )
         if self.enable is True and self.tool is not None and self.save_path is None:
-            problems.add(f"{prefix}.profiler.save_path=None: set it (or global_profiler.save_path) to the folder for the traces")
+            problems.add(
+                f"{prefix}.profiler.save_path=None: set it (or global_profiler.save_path) to the folder for the traces"
+            )
 
 
 @dataclass(frozen=True)

@@ -359,4 +359,3 @@ def build_section(cls: type, data: dict, prefix: str, problems: Problems, interp
             hint = f"did you mean {prefix + '.' if prefix else ''}{near[0]}?" if near else "`--cfg job` lists the keys"
             problems.add(f"{key}: hybrid has no such key and would ignore it; {hint}")
     return cls(**values)
-

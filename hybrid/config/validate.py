@@ -11,9 +11,9 @@ without keeping the result.
 from __future__ import annotations
 
 import importlib
-from dataclasses import fields, is_dataclass
 import os
 import re
+from dataclasses import fields, is_dataclass
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -73,7 +73,9 @@ def import_plugins(cfg: DictConfig, problems: Problems) -> None:
         try:
             importlib.import_module(str(name))
         except Exception as err:  # the user's module: any failure is theirs to see
-            problems.add(f"{key}: cannot import {name!r} ({type(err).__name__}: {err}); check the module name and PYTHONPATH")
+            problems.add(
+                f"{key}: cannot import {name!r} ({type(err).__name__}: {err}); check the module name and PYTHONPATH"
+            )
 
 
 def resolved_container(cfg: DictConfig, problems: Problems) -> tuple[dict, set[str]]:
@@ -172,7 +174,12 @@ def _sections_whole(section: Any) -> bool:
         return False
     if not is_dataclass(section):
         return True
-    return all(_sections_whole(getattr(section, f.name)) for f in fields(section) if is_dataclass(getattr(section, f.name)) or (getattr(section, f.name) is INVALID and f.name in section_names(type(section))))
+    return all(
+        _sections_whole(getattr(section, f.name))
+        for f in fields(section)
+        if is_dataclass(getattr(section, f.name))
+        or (getattr(section, f.name) is INVALID and f.name in section_names(type(section)))
+    )
 
 
 def _check_entropy_checkpointing(arr, problems: Problems) -> None:
@@ -210,13 +217,31 @@ def check_config(config: HybridConfig, problems: Problems, world_size: int | Non
     if config.critic is not INVALID and _critic_used(config, problems):
         critic = config.critic
         _check_ppo_batches(problems, "critic", "critic", critic, config, world, world_desc)
-        _deprecated_micro(problems, "critic.ppo_micro_batch_size", critic.ppo_micro_batch_size, "critic.ppo_micro_batch_size_per_gpu", critic.ppo_micro_batch_size_per_gpu)
+        _deprecated_micro(
+            problems,
+            "critic.ppo_micro_batch_size",
+            critic.ppo_micro_batch_size,
+            "critic.ppo_micro_batch_size_per_gpu",
+            critic.ppo_micro_batch_size_per_gpu,
+        )
         if critic.forward_micro_batch_size != critic.ppo_micro_batch_size:
-            _deprecated_micro(problems, "critic.forward_micro_batch_size", critic.forward_micro_batch_size, "critic.forward_micro_batch_size_per_gpu", critic.forward_micro_batch_size_per_gpu)
+            _deprecated_micro(
+                problems,
+                "critic.forward_micro_batch_size",
+                critic.forward_micro_batch_size,
+                "critic.forward_micro_batch_size_per_gpu",
+                critic.forward_micro_batch_size_per_gpu,
+            )
         critic.optim.check("critic.optim", problems)
     rm = config.reward_model
     if rm is not INVALID and rm.enable is True:
-        _deprecated_micro(problems, "reward_model.micro_batch_size", rm.micro_batch_size, "reward_model.micro_batch_size_per_gpu", rm.micro_batch_size_per_gpu)
+        _deprecated_micro(
+            problems,
+            "reward_model.micro_batch_size",
+            rm.micro_batch_size,
+            "reward_model.micro_batch_size_per_gpu",
+            rm.micro_batch_size_per_gpu,
+        )
         if rm.use_dynamic_bsz is not True and rm.micro_batch_size_per_gpu is None:
             problems.add("reward_model.micro_batch_size_per_gpu=None must be a positive integer")
     _check_trainer(config, problems)
@@ -291,7 +316,9 @@ def _check_algorithm(config: HybridConfig, problems: Problems) -> None:
             )
         n = arr.rollout.n
         if _ok(n) and n < 2:
-            problems.add(f"algorithm.filter_groups.enable=True needs groups of at least 2 responses but {ARR}.rollout.n={n}")
+            problems.add(
+                f"algorithm.filter_groups.enable=True needs groups of at least 2 responses but {ARR}.rollout.n={n}"
+            )
     if arr.rollout.multi_turn.enable is True and algo.adv_estimator == "remax":
         problems.add(
             "algorithm.adv_estimator='remax' with actor_rollout_ref.rollout.multi_turn.enable=True: remax's greedy "
@@ -333,24 +360,46 @@ def _check_actor(config: HybridConfig, world: int | None, world_desc: str, probl
             f"{actor_sp}; the reference policy runs in the actor's workers, which split sequences one way: set them "
             f"equal (ref's default is the actor's)"
         )
-    _deprecated_micro(problems, f"{ARR}.actor.ppo_micro_batch_size", actor.ppo_micro_batch_size, f"{ARR}.actor.ppo_micro_batch_size_per_gpu", actor.ppo_micro_batch_size_per_gpu)
+    _deprecated_micro(
+        problems,
+        f"{ARR}.actor.ppo_micro_batch_size",
+        actor.ppo_micro_batch_size,
+        f"{ARR}.actor.ppo_micro_batch_size_per_gpu",
+        actor.ppo_micro_batch_size_per_gpu,
+    )
     for role in ("rollout", "ref"):
         section = getattr(arr, role)
         prefix = f"{ARR}.{role}"
-        _deprecated_micro(problems, f"{prefix}.log_prob_micro_batch_size", section.log_prob_micro_batch_size, f"{prefix}.log_prob_micro_batch_size_per_gpu", section.log_prob_micro_batch_size_per_gpu)
+        _deprecated_micro(
+            problems,
+            f"{prefix}.log_prob_micro_batch_size",
+            section.log_prob_micro_batch_size,
+            f"{prefix}.log_prob_micro_batch_size_per_gpu",
+            section.log_prob_micro_batch_size_per_gpu,
+        )
         if section.log_prob_use_dynamic_bsz is not True and section.log_prob_micro_batch_size_per_gpu is None:
-            problems.add(f"{prefix}.log_prob_micro_batch_size_per_gpu=None must be a positive integer unless {prefix}.log_prob_use_dynamic_bsz=true")
+            problems.add(
+                f"{prefix}.log_prob_micro_batch_size_per_gpu=None must be a positive integer unless {prefix}.log_prob_use_dynamic_bsz=true"
+            )
     actor.optim.check(f"{ARR}.actor.optim", problems)
     model = arr.model
     if _ok(model.lora_rank) and model.lora_rank > 0:
         for key, value in (("target_modules", model.target_modules), ("exclude_modules", model.exclude_modules)):
             if _ok(value) and isinstance(value, tuple) and not value:
-                problems.add(f"{ARR}.model.{key}=[] must be a module name pattern or a list of module names (e.g. all-linear or [q_proj,v_proj])")
+                problems.add(
+                    f"{ARR}.model.{key}=[] must be a module name pattern or a list of module names (e.g. all-linear or [q_proj,v_proj])"
+                )
 
 
-def _check_ppo_batches(problems: Problems, role: str, prefix: str, section: Any, config: HybridConfig, world: int | None, world_desc: str) -> None:
+def _check_ppo_batches(
+    problems: Problems, role: str, prefix: str, section: Any, config: HybridConfig, world: int | None, world_desc: str
+) -> None:
     """verl's batch arithmetic for one trained role (actor or critic)."""
-    mini_key, micro_key, n_key = f"{prefix}.ppo_mini_batch_size", f"{prefix}.ppo_micro_batch_size_per_gpu", f"{ARR}.rollout.n"
+    mini_key, micro_key, n_key = (
+        f"{prefix}.ppo_mini_batch_size",
+        f"{prefix}.ppo_micro_batch_size_per_gpu",
+        f"{ARR}.rollout.n",
+    )
     mini, micro = section.ppo_mini_batch_size, section.ppo_micro_batch_size_per_gpu
     train_batch, n = config.data.train_batch_size, config.actor_rollout_ref.rollout.n
     if section.use_dynamic_bsz is True:
@@ -381,9 +430,14 @@ def _check_ppo_batches(problems: Problems, role: str, prefix: str, section: Any,
             problems.add(f"{prefix}.ulysses_sequence_parallel_size={sp} does not divide {world_desc}")
             return
         # A sequence-parallel group shares its rows: the batch splits over the groups.
-        world, world_desc = world // sp, f"{world // sp} data-parallel groups ({world_desc} / {prefix}.ulysses_sequence_parallel_size={sp})"
+        world, world_desc = (
+            world // sp,
+            f"{world // sp} data-parallel groups ({world_desc} / {prefix}.ulysses_sequence_parallel_size={sp})",
+        )
     if (mini * n) % world != 0:
-        problems.add(f"{mini_key}={mini} x {n_key}={n} = {mini * n} samples per mini-batch do not split evenly over {world_desc}")
+        problems.add(
+            f"{mini_key}={mini} x {n_key}={n} = {mini * n} samples per mini-batch do not split evenly over {world_desc}"
+        )
         return
     per_rank = mini * n // world
     if micro is not None and _ok(micro) and per_rank % micro != 0:

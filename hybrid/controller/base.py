@@ -30,7 +30,9 @@ class WorkerGroup:
     def _bind_worker_methods(self, worker_cls) -> None:
         for name, registration in registered_methods(worker_cls).items():
             if hasattr(self, name):
-                raise AttributeError(f"{type(self).__name__} already has an attribute {name!r}; rename the worker method")
+                raise AttributeError(
+                    f"{type(self).__name__} already has an attribute {name!r}; rename the worker method"
+                )
             setattr(self, name, functools.partial(self._call, name, registration["dispatch_mode"]))
 
     def _call(self, method_name: str, mode, *args, **kwargs):

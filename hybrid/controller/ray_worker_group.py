@@ -64,10 +64,14 @@ def death_cause(report: str) -> str:
     kind = exit_type.group(1) if exit_type else ""
     if kind == "NODE_OUT_OF_MEMORY" or "running low on memory" in report:
         memory = _MEMORY.search(report)
-        return "out of memory: Ray's memory monitor killed it" + (f" (memory on the node was {memory.group(1)})" if memory else "")
+        return "out of memory: Ray's memory monitor killed it" + (
+            f" (memory on the node was {memory.group(1)})" if memory else ""
+        )
     if kind == "SYSTEM_ERROR":
-        return ("its process ended without warning: killed by a signal (SIGKILL, the kernel's out-of-memory "
-                "killer) or crashed; Ray saw only its connection close")
+        return (
+            "its process ended without warning: killed by a signal (SIGKILL, the kernel's out-of-memory "
+            "killer) or crashed; Ray saw only its connection close"
+        )
     if kind:
         detail = exit_type.group(2) or ""
         return f"its process exited ({kind.lower().replace('_', ' ')}{': ' + detail if detail else ''})"
@@ -126,8 +130,16 @@ def _place(info: dict | None, report: str) -> str:
 
 
 class RayResourcePool:
-    def __init__(self, nnodes: int, slots_per_node: int, use_gpu: bool, cpus_per_slot: float = 1.0,
-                 max_colocate_count: int = 1, name: str = "global_pool", wait_timeout_s: float = 120.0):
+    def __init__(
+        self,
+        nnodes: int,
+        slots_per_node: int,
+        use_gpu: bool,
+        cpus_per_slot: float = 1.0,
+        max_colocate_count: int = 1,
+        name: str = "global_pool",
+        wait_timeout_s: float = 120.0,
+    ):
         self.nnodes = int(nnodes)
         self.slots_per_node = int(slots_per_node)
         self.use_gpu = use_gpu
@@ -135,7 +147,9 @@ class RayResourcePool:
         self.max_colocate_count = max(int(max_colocate_count), 1)
         bundle = {"CPU": self.cpus_per_slot, **({"GPU": 1} if use_gpu else {})}
         self.placement_groups = [
-            placement_group([dict(bundle) for _ in range(self.slots_per_node)], strategy="STRICT_PACK", name=f"{name}_node{n}")
+            placement_group(
+                [dict(bundle) for _ in range(self.slots_per_node)], strategy="STRICT_PACK", name=f"{name}_node{n}"
+            )
             for n in range(self.nnodes)
         ]
         ready = [pg.ready() for pg in self.placement_groups]
@@ -170,8 +184,16 @@ def _rendezvous_address() -> tuple[str, int]:
 
 
 class RayWorkerGroup(WorkerGroup):
-    def __init__(self, resource_pool: RayResourcePool, worker_cls, *args, name: str = "workers",
-                 threads_per_rank: int | None = None, env: dict | None = None, **kwargs):
+    def __init__(
+        self,
+        resource_pool: RayResourcePool,
+        worker_cls,
+        *args,
+        name: str = "workers",
+        threads_per_rank: int | None = None,
+        env: dict | None = None,
+        **kwargs,
+    ):
         self.name = name
         self.worker_cls = worker_cls
         self.world_size = resource_pool.world_size

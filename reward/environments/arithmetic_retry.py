@@ -53,4 +53,8 @@ class ArithmeticRetryEnv(BaseTextEnv):
         return {"observations": observations, "reward": 1.0 if correct else 0.0, "done": done, "metadata": {}}
 
     def get_metrics(self) -> dict[str, Any]:
-        return {"attempts": self.turns, "solved": float(self.solved), "first_attempt_correct": float(self.first_correct)}
+        return {
+            "attempts": self.turns,
+            "solved": float(self.solved),
+            "first_attempt_correct": float(self.first_correct),
+        }

@@ -110,8 +110,12 @@ class EnvFactory:
             from reward.environments.tools import ToolEnv
 
             return ToolEnv(
-                self.tools, inner, extras, int(self.config.max_tool_response_length),
-                self.config.tool_response_truncate_side, self.tool_role,
+                self.tools,
+                inner,
+                extras,
+                int(self.config.max_tool_response_length),
+                self.config.tool_response_truncate_side,
+                self.tool_role,
             )
         if inner is None:
             raise ValueError(

@@ -14,8 +14,9 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 
 @dataclass
@@ -87,10 +88,7 @@ class StepPool:
                 deadlines = [t.started + self.timeout_s - now for t in running if t.started is not None]
                 # Workers notify when a call starts or ends; otherwise wake at the next deadline.
                 self._cond.wait(timeout=min(deadlines) if deadlines else None)
-        return [
-            Outcome(timed_out=True) if t.abandoned else Outcome(value=t.value, error=t.error)
-            for t in tasks
-        ]
+        return [Outcome(timed_out=True) if t.abandoned else Outcome(value=t.value, error=t.error) for t in tasks]
 
     def shutdown(self) -> None:
         """End the idle threads (a thread busy past its limit ends when its call returns)."""

@@ -61,8 +61,13 @@ def run_python(code: str, timeout_s: float = 5.0, memory_mb: int = 512) -> str:
     with tempfile.TemporaryDirectory(prefix="python_tool_") as workdir:
         process = subprocess.Popen(
             [sys.executable, "-I", "-c", _RUNNER, str(memory_mb), str(cpu_s)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            cwd=workdir, env={"PATH": os.defpath}, start_new_session=True, text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=workdir,
+            env={"PATH": os.defpath},
+            start_new_session=True,
+            text=True,
         )
         try:
             out, err = process.communicate(code, timeout=timeout_s)

@@ -159,8 +159,9 @@ def load_tools(path: str) -> dict[str, Tool]:
 class ToolEnv(BaseTextEnv):
     """Answers the model's tool calls; other turns go to `inner` (or end the episode)."""
 
-    def __init__(self, tools: Mapping[str, Tool], inner, extras, max_response_chars: int, truncate_side: str,
-                 tool_role: bool):
+    def __init__(
+        self, tools: Mapping[str, Tool], inner, extras, max_response_chars: int, truncate_side: str, tool_role: bool
+    ):
         super().__init__(None, extras)
         self.tools, self.inner = tools, inner
         self.max_response_chars, self.truncate_side, self.tool_role = max_response_chars, truncate_side, tool_role

@@ -55,8 +55,14 @@ SKYRL_DROPPED = ("trainer.policy.model.path", "generator.model_dtype")  # defaul
 def run(args: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess, float]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     start = time.time()
-    done = subprocess.run([sys.executable, "-m", "hybrid.main_ppo", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    done = subprocess.run(
+        [sys.executable, "-m", "hybrid.main_ppo", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+    )
     return done, time.time() - start
 
 
@@ -95,19 +101,23 @@ def test_skyrl_seed_example_trains_one_step(default_model_dir, tmp_path):
 
 def test_roll_example_trains_one_step(default_model_dir, tmp_path):
     run_dir = tmp_path / "run"
-    done, seconds = run([
-        "--roll-config", str(REPO / "examples" / "roll_grpo_arithmetic.yaml"),
-        "max_steps=1",
-        "eval_steps=0",
-        "~save_steps",  # ROLL would save the last step; not needed here
-        "rollout_batch_size=4",
-        "num_return_sequences_in_group=2",
-        "response_length=16",
-        # 4 x 2 x 1 device = 8 samples per optimizer step = the 4 prompts of 2 responses.
-        "actor_train.training_args.per_device_train_batch_size=4",
-        "actor_train.training_args.gradient_accumulation_steps=2",
-        f"output_dir={run_dir}",
-    ], tmp_path)
+    done, seconds = run(
+        [
+            "--roll-config",
+            str(REPO / "examples" / "roll_grpo_arithmetic.yaml"),
+            "max_steps=1",
+            "eval_steps=0",
+            "~save_steps",  # ROLL would save the last step; not needed here
+            "rollout_batch_size=4",
+            "num_return_sequences_in_group=2",
+            "response_length=16",
+            # 4 x 2 x 1 device = 8 samples per optimizer step = the 4 prompts of 2 responses.
+            "actor_train.training_args.per_device_train_batch_size=4",
+            "actor_train.training_args.gradient_accumulation_steps=2",
+            f"output_dir={run_dir}",
+        ],
+        tmp_path,
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     steps = metric_lines(run_dir)
     assert len(steps) == 1, steps

@@ -16,22 +16,24 @@ def test_three_grpo_steps_real_model(default_model_dir, tmp_path):
     from hybrid.trainer import run_ppo
 
     files = write_arithmetic_parquet(tmp_path / "data", n_train=64, n_val=16, seed=5)
-    cfg = load_config([
-        f"actor_rollout_ref.model.path={default_model_dir}",
-        f"data.train_files={files['train']}",
-        f"data.val_files={files['val']}",
-        "data.train_batch_size=4",
-        "actor_rollout_ref.rollout.n=4",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-        # fp32 on both sides: with bf16 (on CPUs with AVX-512 bf16) the engine and trainer
-        # kernels round differently and the mean log-prob gap measured 0.037-0.042.
-        "actor_rollout_ref.rollout.dtype=float32",
-        "actor_rollout_ref.actor.fsdp_config.mixed_precision=fp32",
-        "trainer.total_training_steps=3",
-        "trainer.test_freq=3",
-        "trainer.val_before_train=true",
-        f"trainer.default_local_dir={tmp_path / 'run'}",
-    ])
+    cfg = load_config(
+        [
+            f"actor_rollout_ref.model.path={default_model_dir}",
+            f"data.train_files={files['train']}",
+            f"data.val_files={files['val']}",
+            "data.train_batch_size=4",
+            "actor_rollout_ref.rollout.n=4",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            # fp32 on both sides: with bf16 (on CPUs with AVX-512 bf16) the engine and trainer
+            # kernels round differently and the mean log-prob gap measured 0.037-0.042.
+            "actor_rollout_ref.rollout.dtype=float32",
+            "actor_rollout_ref.actor.fsdp_config.mixed_precision=fp32",
+            "trainer.total_training_steps=3",
+            "trainer.test_freq=3",
+            "trainer.val_before_train=true",
+            f"trainer.default_local_dir={tmp_path / 'run'}",
+        ]
+    )
     validate_config(cfg)
     result = run_ppo(cfg)
     assert result["steps"] == 3

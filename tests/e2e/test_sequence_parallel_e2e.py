@@ -22,7 +22,10 @@ def test_sequence_parallel_step_matches_one_rank(default_model_dir, tokenizer):
     base = ["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4", "actor_rollout_ref.actor.optim.lr=1e-5"]
     reference = logp_update_logp(actor_group(engine_config(default_model_dir, *base), None), batch)
     cfg = engine_config(
-        default_model_dir, *base, "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2", "trainer.n_gpus_per_node=2"
+        default_model_dir,
+        *base,
+        "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",
+        "trainer.n_gpus_per_node=2",
     )
     ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
     try:

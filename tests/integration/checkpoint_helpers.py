@@ -41,18 +41,20 @@ def run_config(model_dir, files, out_dir, *extra):
 
     # Saving and merging at the end costs a child process; tests that want it say so.
     pinned = [] if any(e.startswith("trainer.merge_on_finish=") for e in extra) else ["trainer.merge_on_finish=false"]
-    cfg = load_config([
-        *pinned,
-        *tiny_run(model_dir, files, out_dir),
-        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
-        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4",
-        "actor_rollout_ref.actor.optim.lr=1e-3",
-        "critic.ppo_micro_batch_size_per_gpu=2",
-        "trainer.n_gpus_per_node=1",
-        "trainer.worker_group=local",
-        "trainer.total_training_steps=4",
-        *extra,
-    ])
+    cfg = load_config(
+        [
+            *pinned,
+            *tiny_run(model_dir, files, out_dir),
+            "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
+            "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4",
+            "actor_rollout_ref.actor.optim.lr=1e-3",
+            "critic.ppo_micro_batch_size_per_gpu=2",
+            "trainer.n_gpus_per_node=1",
+            "trainer.worker_group=local",
+            "trainer.total_training_steps=4",
+            *extra,
+        ]
+    )
     validate_config(cfg)
     return cfg
 
@@ -109,8 +111,12 @@ def response_log_probs(model, batch) -> torch.Tensor:
     """Log-probs of `responses` under a plain Hugging Face model (temperature 1), (B, R)."""
     b = batch.batch
     with torch.no_grad():
-        logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
-                       position_ids=b["position_ids"], use_cache=False).logits.float()
+        logits = model(
+            input_ids=b["input_ids"],
+            attention_mask=b["attention_mask"],
+            position_ids=b["position_ids"],
+            use_cache=False,
+        ).logits.float()
     response_len = b["responses"].shape[1]
     logits = logits[:, -response_len - 1 : -1]
     return torch.gather(logits.log_softmax(-1), -1, b["responses"].unsqueeze(-1)).squeeze(-1)
@@ -127,10 +133,20 @@ def vllm_greedy_vs_hf(folder: str, prompts: list[list[int]], max_tokens: int = 8
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
-    llm = LLM(model=folder, dtype="float32", enforce_eager=True, max_model_len=128, max_num_batched_tokens=256,
-              seed=0, enable_prefix_caching=False)
-    outputs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts],
-                           SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, logprobs=0), use_tqdm=False)
+    llm = LLM(
+        model=folder,
+        dtype="float32",
+        enforce_eager=True,
+        max_model_len=128,
+        max_num_batched_tokens=256,
+        seed=0,
+        enable_prefix_caching=False,
+    )
+    outputs = llm.generate(
+        [TokensPrompt(prompt_token_ids=p) for p in prompts],
+        SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, logprobs=0),
+        use_tqdm=False,
+    )
     del llm
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     tokens, worst = [], 0.0

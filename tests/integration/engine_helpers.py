@@ -49,8 +49,8 @@ def prompt_batch(tokenizer, texts=PROMPTS, max_len: int = 32) -> DataProto:
     mask = torch.zeros((len(rows), max_len), dtype=torch.long)
     for i, r in enumerate(rows):
         r = r[-max_len:]
-        ids[i, max_len - len(r):] = torch.tensor(r)
-        mask[i, max_len - len(r):] = 1
+        ids[i, max_len - len(r) :] = torch.tensor(r)
+        mask[i, max_len - len(r) :] = 1
     pos = torch.clamp(mask.cumsum(-1) - 1, min=0)
     return DataProto.from_dict(
         tensors={"input_ids": ids, "attention_mask": mask, "position_ids": pos},
@@ -101,7 +101,9 @@ def actor_group(cfg, ray_ranks: int | None):
         from hybrid.controller.ray_worker_group import RayResourcePool, RayWorkerGroup
 
         pool = RayResourcePool(nnodes=1, slots_per_node=ray_ranks, use_gpu=False, cpus_per_slot=1)
-        group = RayWorkerGroup(pool, ActorRolloutRefWorker, cfg.actor_rollout_ref, role="actor", name=f"actor{ray_ranks}")
+        group = RayWorkerGroup(
+            pool, ActorRolloutRefWorker, cfg.actor_rollout_ref, role="actor", name=f"actor{ray_ranks}"
+        )
         group.pool = pool
     group.init_model()
     return group

@@ -70,9 +70,15 @@ def test_auto_resume_without_checkpoint_starts_fresh(full_run):
     assert sorted(n for n in os.listdir(root) if n.startswith("global_step")) == ["global_step_2", "global_step_4"]
     assert (root / "latest_checkpointed_iteration.txt").read_text() == "4"
     actor = root / "global_step_4" / "actor"
-    for name in ("model_world_size_1_rank_0.safetensors", "optim_world_size_1_rank_0.pt",
-                 "extra_state_world_size_1_rank_0.pt", "fsdp_config.json", "huggingface/config.json",
-                 "huggingface/generation_config.json", "huggingface/tokenizer_config.json"):
+    for name in (
+        "model_world_size_1_rank_0.safetensors",
+        "optim_world_size_1_rank_0.pt",
+        "extra_state_world_size_1_rank_0.pt",
+        "fsdp_config.json",
+        "huggingface/config.json",
+        "huggingface/generation_config.json",
+        "huggingface/tokenizer_config.json",
+    ):
         assert (actor / name).is_file(), name
     critic = root / "global_step_4" / "critic"
     assert (critic / "model_world_size_1_rank_0.safetensors").is_file()
@@ -83,8 +89,13 @@ def test_auto_resume_without_checkpoint_starts_fresh(full_run):
 def test_resume_is_exact(full_run, tiny_model_dir, arithmetic_files, tmp_path):
     first = full_run["root"]
     cfg = run_config(
-        tiny_model_dir, arithmetic_files, tmp_path, *GAE, "trainer.merge_on_finish=false",
-        "trainer.resume_mode=resume_path", f"trainer.resume_from_path={first / 'global_step_2'}",
+        tiny_model_dir,
+        arithmetic_files,
+        tmp_path,
+        *GAE,
+        "trainer.merge_on_finish=false",
+        "trainer.resume_mode=resume_path",
+        f"trainer.resume_from_path={first / 'global_step_2'}",
     )
     resumed = train(cfg)
     assert [h["step"] for h in resumed["history"]] == [3, 4]
@@ -94,7 +105,10 @@ def test_resume_is_exact(full_run, tiny_model_dir, arithmetic_files, tmp_path):
     # Identical weights, optimizer moments and schedule after step 4, for actor and critic.
     for role in ("actor", "critic"):
         a_dir, b_dir = first / "global_step_4" / role, tmp_path / "global_step_4" / role
-        a_model, b_model = _read_shard(a_dir / "model_world_size_1_rank_0.safetensors"), _read_shard(b_dir / "model_world_size_1_rank_0.safetensors")
+        a_model, b_model = (
+            _read_shard(a_dir / "model_world_size_1_rank_0.safetensors"),
+            _read_shard(b_dir / "model_world_size_1_rank_0.safetensors"),
+        )
         assert a_model.keys() == b_model.keys()
         for key in a_model:
             assert torch.equal(a_model[key], b_model[key]), (role, key)
@@ -123,7 +137,11 @@ def test_resume_path_missing_or_partial_fails_with_the_path(full_run, tiny_model
     incomplete = tmp_path / "global_step_3"
     shutil.copytree(full_run["root"] / "global_step_2", incomplete)
     (incomplete / "data.pt").unlink()
-    for path, words in ((missing, "does not exist"), (partial, "partial checkpoint"), (incomplete, "data.pt is missing")):
+    for path, words in (
+        (missing, "does not exist"),
+        (partial, "partial checkpoint"),
+        (incomplete, "data.pt is missing"),
+    ):
         overrides = ("trainer.resume_mode=resume_path", f"trainer.resume_from_path={path}")
         # Validation reports it before any model loads ...
         with pytest.raises(ConfigError) as err:
@@ -172,7 +190,19 @@ def test_merged_folder_matches_trained_actor(full_run, tmp_path, tokenizer):
     actor = full_run["root"] / "global_step_4" / "actor"
     target = tmp_path / "hf"
     # A small shard limit makes the merger write several safetensors shards and an index.
-    merger_main(["merge", "--backend", "fsdp", "--local_dir", str(actor), "--target_dir", str(target), "--max_shard_size", "1MB"])
+    merger_main(
+        [
+            "merge",
+            "--backend",
+            "fsdp",
+            "--local_dir",
+            str(actor),
+            "--target_dir",
+            str(target),
+            "--max_shard_size",
+            "1MB",
+        ]
+    )
     assert (target / "model.safetensors.index.json").is_file()
     for name in ("config.json", "generation_config.json", "tokenizer_config.json"):
         assert (target / name).is_file(), name
@@ -206,7 +236,17 @@ def test_vllm_loads_merged_folder(full_run, tmp_path, tokenizer):
     from tests.integration.checkpoint_helpers import vllm_greedy_vs_hf
 
     target = tmp_path / "hf"
-    merger_main(["merge", "--backend", "fsdp", "--local_dir", str(full_run["root"] / "global_step_4" / "actor"), "--target_dir", str(target)])
+    merger_main(
+        [
+            "merge",
+            "--backend",
+            "fsdp",
+            "--local_dir",
+            str(full_run["root"] / "global_step_4" / "actor"),
+            "--target_dir",
+            str(target),
+        ]
+    )
     prompts = [tokenizer.encode("What is 2 + 3?"), tokenizer.encode("Name a colour.")]
     tokens, worst = vllm_greedy_vs_hf(str(target), prompts)
     assert all(len(t) == 8 for t in tokens)

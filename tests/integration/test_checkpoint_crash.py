@@ -44,7 +44,8 @@ def arithmetic_files(tmp_path_factory):
 def _command(model_dir, files, root, held: bool = False) -> list[str]:
     program = ["-c", HELD_AT_STEP_2] if held else ["-m", "hybrid.main_ppo"]
     return [
-        sys.executable, *program,
+        sys.executable,
+        *program,
         *tiny_run(model_dir, files, root),
         "trainer.n_gpus_per_node=1",
         "trainer.worker_group=local",
@@ -68,14 +69,20 @@ def test_sigkill_while_saving_resumes_from_previous_checkpoint(tiny_model_dir, a
     root = tmp_path / "run"
     log = open(tmp_path / "first.log", "w")
     proc = subprocess.Popen(
-        _command(tiny_model_dir, arithmetic_files, root, held=True), cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-        env=_env(), start_new_session=True,
+        _command(tiny_model_dir, arithmetic_files, root, held=True),
+        cwd=REPO,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=_env(),
+        start_new_session=True,
     )
     shard = root / "global_step_2.partial" / "actor" / "model_world_size_1_rank_0.safetensors"
     deadline = time.time() + WAIT_S
     try:
         while not shard.exists():
-            assert proc.poll() is None, f"the run ended early ({proc.returncode}): {(tmp_path / 'first.log').read_text()[-3000:]}"
+            assert proc.poll() is None, (
+                f"the run ended early ({proc.returncode}): {(tmp_path / 'first.log').read_text()[-3000:]}"
+            )
             assert time.time() < deadline, "the step-2 checkpoint never started"
             time.sleep(0.2)
     finally:
@@ -88,13 +95,26 @@ def test_sigkill_while_saving_resumes_from_previous_checkpoint(tiny_model_dir, a
     assert (root / "latest_checkpointed_iteration.txt").read_text() == "1"
 
     second = subprocess.run(
-        _command(tiny_model_dir, arithmetic_files, root), cwd=REPO, env=_env(), capture_output=True, text=True, timeout=WAIT_S,
+        _command(tiny_model_dir, arithmetic_files, root),
+        cwd=REPO,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
     )
     output = second.stdout + second.stderr
     assert second.returncode == 0, output[-3000:]
     assert f"removed partial checkpoint {root / 'global_step_2.partial'}" in output
     assert f"resumed from {root / 'global_step_1'} at step 1" in output
-    assert sorted(n for n in os.listdir(root) if n.startswith("global_step")) == ["global_step_1", "global_step_2", "global_step_3"]
+    assert sorted(n for n in os.listdir(root) if n.startswith("global_step")) == [
+        "global_step_1",
+        "global_step_2",
+        "global_step_3",
+    ]
     assert (root / "latest_checkpointed_iteration.txt").read_text() == "3"
-    steps = [json.loads(line)["step"] for line in (root / "metrics.jsonl").read_text().splitlines() if "timing_s/step" in line]
+    steps = [
+        json.loads(line)["step"]
+        for line in (root / "metrics.jsonl").read_text().splitlines()
+        if "timing_s/step" in line
+    ]
     assert steps[-2:] == [2, 3]

@@ -27,12 +27,22 @@ def _build(model_dir: str, lora: bool):
     from workers.fsdp_utils import build_optimizer
     from workers.model_loading import load_hf_model
 
-    arr = build_config([
-        f"actor_rollout_ref.model.path={model_dir}", f"actor_rollout_ref.model.lora_rank={8 if lora else 0}",
-        "actor_rollout_ref.actor.fsdp_config.mixed_precision=fp32", "actor_rollout_ref.actor.optim.lr=1e-2",
-    ]).actor_rollout_ref
-    module, hf_config = load_hf_model(AutoModelForCausalLM, model_dir, arr.actor.fsdp_config, seed=0, trainable=True,
-                                      lora_config=arr.model if lora else None)
+    arr = build_config(
+        [
+            f"actor_rollout_ref.model.path={model_dir}",
+            f"actor_rollout_ref.model.lora_rank={8 if lora else 0}",
+            "actor_rollout_ref.actor.fsdp_config.mixed_precision=fp32",
+            "actor_rollout_ref.actor.optim.lr=1e-2",
+        ]
+    ).actor_rollout_ref
+    module, hf_config = load_hf_model(
+        AutoModelForCausalLM,
+        model_dir,
+        arr.actor.fsdp_config,
+        seed=0,
+        trainable=True,
+        lora_config=arr.model if lora else None,
+    )
     optimizer = build_optimizer([p for p in module.parameters() if p.requires_grad], arr.actor.optim)
     return module, optimizer, hf_config
 
@@ -44,8 +54,14 @@ def _checkpointer(module, optimizer, hf_config, model_dir, lora):
     from workers.lora import merged_state
 
     return FSDPCheckpointer(
-        module, optimizer, None, hf_config, AutoTokenizer.from_pretrained(model_dir), model_dir,
-        hf_state_fn=(lambda: merged_state(module)) if lora else None, tie_word_embeddings=True,
+        module,
+        optimizer,
+        None,
+        hf_config,
+        AutoTokenizer.from_pretrained(model_dir),
+        model_dir,
+        hf_state_fn=(lambda: merged_state(module)) if lora else None,
+        tie_word_embeddings=True,
     )
 
 
@@ -53,7 +69,9 @@ def _rank_main(rank: int, port: int, model_dir: str, out_dir: str, probe: torch.
     import torch.distributed as dist
     from torch.distributed.tensor import DTensor
 
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(WORLD), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.update(
+        RANK=str(rank), WORLD_SIZE=str(WORLD), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
+    )
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=WORLD)
     try:
@@ -63,7 +81,9 @@ def _rank_main(rank: int, port: int, model_dir: str, out_dir: str, probe: torch.
             loss = module(input_ids=probe, use_cache=False).logits.float().pow(2).mean()
             loss.backward()
             optimizer.step()
-            _checkpointer(module, optimizer, hf_config, model_dir, lora).save(path, 1, ["model", "optimizer", "extra", "hf_model"])
+            _checkpointer(module, optimizer, hf_config, model_dir, lora).save(
+                path, 1, ["model", "optimizer", "extra", "hf_model"]
+            )
             with torch.no_grad():
                 logits = module(input_ids=probe, use_cache=False).logits.float()
             if rank == 0:
@@ -93,7 +113,9 @@ def three_rank_checkpoints(tiny_model_dir, tokenizer, tmp_path_factory):
     from workers.base import find_free_port
 
     out = tmp_path_factory.mktemp("three_ranks")
-    mp.spawn(_rank_main, args=(find_free_port(), tiny_model_dir, str(out), probe_batch(tokenizer)), nprocs=WORLD, join=True)
+    mp.spawn(
+        _rank_main, args=(find_free_port(), tiny_model_dir, str(out), probe_batch(tokenizer)), nprocs=WORLD, join=True
+    )
     return out
 
 
@@ -104,7 +126,9 @@ def test_three_rank_checkpoint_merges_to_equal_logits(three_rank_checkpoints, ki
     from scripts.model_merger import main as merger_main
 
     actor = three_rank_checkpoints / kind / "actor"
-    assert sorted(p.name for p in actor.glob("model_world_size_*")) == [f"model_world_size_3_rank_{r}.safetensors" for r in range(3)]
+    assert sorted(p.name for p in actor.glob("model_world_size_*")) == [
+        f"model_world_size_3_rank_{r}.safetensors" for r in range(3)
+    ]
     target = tmp_path / "hf"
     assert merger_main(["merge", "--backend", "fsdp", "--local_dir", str(actor), "--target_dir", str(target)]) == 0
     model = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32)
@@ -113,4 +137,19 @@ def test_three_rank_checkpoint_merges_to_equal_logits(three_rank_checkpoints, ki
     expected = torch.load(three_rank_checkpoints / kind / "logits.pt", weights_only=True)
     assert (logits - expected).abs().max().item() <= 1e-5
     # The workers' own full export at save time (hf_model) is the same model.
-    assert merger_main(["test", "--backend", "fsdp", "--local_dir", str(actor), "--test_hf_dir", str(actor / "huggingface"), "--atol", "0"]) == 0
+    assert (
+        merger_main(
+            [
+                "test",
+                "--backend",
+                "fsdp",
+                "--local_dir",
+                str(actor),
+                "--test_hf_dir",
+                str(actor / "huggingface"),
+                "--atol",
+                "0",
+            ]
+        )
+        == 0
+    )

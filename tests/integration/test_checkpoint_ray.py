@@ -46,10 +46,16 @@ def test_two_rank_resume_is_exact(ray_session, tiny_model_dir, arithmetic_files,
     first, second = tmp_path / "first", tmp_path / "second"
     files = sorted(p.name for p in (first / "global_step_1" / "actor").glob("model_world_size_*"))
     assert files == ["model_world_size_2_rank_0.safetensors", "model_world_size_2_rank_1.safetensors"]
-    b = train(run_config(
-        tiny_model_dir, arithmetic_files, "second", *run,
-        "trainer.resume_mode=resume_path", f"trainer.resume_from_path={first / 'global_step_1'}",
-    ))
+    b = train(
+        run_config(
+            tiny_model_dir,
+            arithmetic_files,
+            "second",
+            *run,
+            "trainer.resume_mode=resume_path",
+            f"trainer.resume_from_path={first / 'global_step_1'}",
+        )
+    )
     assert [h["step"] for h in b["history"]] == [2]
     assert_metrics_close(a["history"][1], b["history"][0])
     from safetensors.torch import load_file

@@ -61,7 +61,11 @@ def reference(tiny_model_dir, batch):
     "overrides",
     [
         ["critic.model.use_remove_padding=false"],
-        ["critic.use_dynamic_bsz=true", "critic.ppo_max_token_len_per_gpu=120", "critic.forward_max_token_len_per_gpu=120"],
+        [
+            "critic.use_dynamic_bsz=true",
+            "critic.ppo_max_token_len_per_gpu=120",
+            "critic.forward_max_token_len_per_gpu=120",
+        ],
         ["critic.ppo_micro_batch_size_per_gpu=8", "critic.forward_micro_batch_size_per_gpu=8"],
     ],
     ids=["padded", "dynamic_bsz", "one_micro_batch"],

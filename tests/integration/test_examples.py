@@ -46,11 +46,11 @@ SMALL_RUN = [
 # DAPO keeps only groups whose responses disagree; a random model never answers an
 # arithmetic question, so every group would be dropped. This reward varies with the
 # response text instead, which is all the filtering needs to keep some groups.
-VARYING_REWARD = '''
+VARYING_REWARD = """
 def compute_score(data_source, solution_str, ground_truth, extra_info=None):
     right = len(solution_str) % 2 == 1
     return {"score": 1.0 if right else 0.0, "acc": right}
-'''
+"""
 
 TIMES: dict[str, float] = {}
 
@@ -77,7 +77,9 @@ def run_example(name: str, overrides: list[str], out_dir: Path, env: dict | None
     # install made before a package gained its __init__.py resolves it elsewhere).
     result = subprocess.run(args, cwd=REPO, capture_output=True, text=True, env=full_env, timeout=RUN_TIMEOUT_S)
     TIMES[name] = time.perf_counter() - start
-    assert result.returncode == 0, f"{name} exited {result.returncode}\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
+    assert result.returncode == 0, (
+        f"{name} exited {result.returncode}\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
+    )
     metrics_file = out_dir / "metrics.jsonl"
     assert metrics_file.is_file(), f"{name} wrote no metrics.jsonl\n{result.stderr[-3000:]}"
     rows = [json.loads(line) for line in metrics_file.read_text().splitlines() if line.strip()]
@@ -115,7 +117,9 @@ def test_multi_turn_example_one_step(tiny_model_dir, arithmetic_files, tmp_path)
     # Room for two 4-token turns and the reply between them: the random model never answers
     # right, so every episode takes the retry.
     budget = [f"{MT}.max_tokens_per_turn=4", f"{MT}.max_assistant_turns=2", "data.max_response_length=32"]
-    step = run_example("multi_turn_arithmetic_retry.sh", tiny_data(tiny_model_dir, arithmetic_files) + SMALL_RUN + budget, tmp_path)
+    step = run_example(
+        "multi_turn_arithmetic_retry.sh", tiny_data(tiny_model_dir, arithmetic_files) + SMALL_RUN + budget, tmp_path
+    )
     assert step["multi_turn/turns/max"] == 2.0 and step["multi_turn/observation_tokens/mean"] > 0
 
 
@@ -124,7 +128,9 @@ def test_dapo_example_one_step(tiny_model_dir, arithmetic_files, tmp_path):
     reward_file.write_text(VARYING_REWARD)
     step = run_example(
         "dapo_arithmetic.sh",
-        tiny_data(tiny_model_dir, arithmetic_files) + SMALL_RUN + [
+        tiny_data(tiny_model_dir, arithmetic_files)
+        + SMALL_RUN
+        + [
             # the script's 16-token overlong buffer does not fit in 8-token responses
             "reward_model.reward_kwargs.overlong_buffer.len=4",
             f"custom_reward_function.path={reward_file}",

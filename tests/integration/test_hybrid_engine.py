@@ -40,7 +40,9 @@ def test_engine_log_probs_track_actor_through_updates(fused_group, tokenizer):
     for updates_done in range(4):  # compare after 0, 1, 2 and 3 updates
         gen, actor, diff = _engine_vs_actor(group, tokenizer)
         assert gen.batch["response_mask"].sum() > 0
-        assert diff.mean().item() <= FP32_TOL, f"after {updates_done} updates: mean |engine - actor| = {diff.mean():.2e}"
+        assert diff.mean().item() <= FP32_TOL, (
+            f"after {updates_done} updates: mean |engine - actor| = {diff.mean():.2e}"
+        )
         if updates_done < 3:
             metrics = group.update_actor(with_advantages(gen.union(actor), seed=updates_done)).meta_info["metrics"]
             assert all(torch.isfinite(torch.tensor(v)) for v in metrics.values()), metrics

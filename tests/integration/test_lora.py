@@ -50,7 +50,9 @@ def lora_run(tiny_model_dir, arithmetic_files, tokenizer, tmp_path_factory):
     reward_file = root / "text_reward.py"
     reward_file.write_text(TEXT_REWARD)
     cfg = run_config(
-        tiny_model_dir, arithmetic_files, root,
+        tiny_model_dir,
+        arithmetic_files,
+        root,
         f"custom_reward_function.path={reward_file}",
         # one optimizer step per training step: step 1's KL is measured before any update
         "actor_rollout_ref.actor.ppo_mini_batch_size=4",
@@ -81,7 +83,10 @@ def lora_run(tiny_model_dir, arithmetic_files, tokenizer, tmp_path_factory):
         base_on_gen = response_log_probs(base, gen)
         trainable = sorted(n for n, p in worker.actor_module.named_parameters() if p.requires_grad)
         return {
-            "ref_vs_base": (ref - response_log_probs(base, batch)).abs()[batch.batch["response_mask"].bool()].max().item(),
+            "ref_vs_base": (ref - response_log_probs(base, batch))
+            .abs()[batch.batch["response_mask"].bool()]
+            .max()
+            .item(),
             "actor_vs_ref": (actor - ref).abs()[batch.batch["response_mask"].bool()].mean().item(),
             "engine_vs_actor": (engine - actor_on_gen).abs()[mask].mean().item(),
             "engine_vs_base": (engine - base_on_gen).abs()[mask].mean().item(),
@@ -130,12 +135,31 @@ def test_lora_checkpoint_merges(lora_run, tmp_path, tokenizer, tiny_model_dir):
         logits = model(input_ids=probe, use_cache=False).logits
     assert (logits - lora_run["logits"]).abs().max().item() <= 1e-5
     # The hf_model content, written by the worker at save time, holds the same merged weights.
-    assert merger_main(["test", "--backend", "fsdp", "--local_dir", str(merged), "--test_hf_dir", str(actor / "huggingface"), "--atol", "0"]) == 0
+    assert (
+        merger_main(
+            [
+                "test",
+                "--backend",
+                "fsdp",
+                "--local_dir",
+                str(merged),
+                "--test_hf_dir",
+                str(actor / "huggingface"),
+                "--atol",
+                "0",
+            ]
+        )
+        == 0
+    )
 
     adapter = tmp_path / "adapter"
-    merger_main(["merge", "--backend", "fsdp", "--local_dir", str(actor), "--target_dir", str(adapter), "--save_lora_adapter"])
+    merger_main(
+        ["merge", "--backend", "fsdp", "--local_dir", str(actor), "--target_dir", str(adapter), "--save_lora_adapter"]
+    )
     assert (adapter / "adapter_config.json").is_file() and not (adapter / "config.json").exists()
-    peft_model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32), adapter)
+    peft_model = PeftModel.from_pretrained(
+        AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32), adapter
+    )
     with torch.no_grad():
         peft_logits = peft_model(input_ids=probe, use_cache=False).logits
     assert (peft_logits - lora_run["logits"]).abs().max().item() <= 1e-5
@@ -145,7 +169,17 @@ def test_vllm_loads_merged_lora_folder(lora_run, tmp_path, tokenizer):
     from scripts.model_merger import main as merger_main
 
     merged = tmp_path / "merged"
-    merger_main(["merge", "--backend", "fsdp", "--local_dir", str(lora_run["root"] / "global_step_2" / "actor"), "--target_dir", str(merged)])
+    merger_main(
+        [
+            "merge",
+            "--backend",
+            "fsdp",
+            "--local_dir",
+            str(lora_run["root"] / "global_step_2" / "actor"),
+            "--target_dir",
+            str(merged),
+        ]
+    )
     prompts = [tokenizer.encode("What is 2 + 3?"), tokenizer.encode("Name a colour.")]
     tokens, worst = vllm_greedy_vs_hf(str(merged), prompts)
     assert all(len(t) == 8 for t in tokens)

@@ -95,7 +95,9 @@ class ScriptedEngine:
         for ids, budget in zip(prompt_ids, max_tokens):
             self.requests.append((len(ids), budget))
             sampled = list(turn)[:budget]
-            out.append(GeneratedTurn(sampled, [-0.5] * len(sampled), "stop" if sampled[-1] in self.eos_token_ids else "length"))
+            out.append(
+                GeneratedTurn(sampled, [-0.5] * len(sampled), "stop" if sampled[-1] in self.eos_token_ids else "length")
+            )
         return out
 
     def generate_sequences(self, prompts):
@@ -116,8 +118,8 @@ def chat_batch(tokenizer, chats, width=48, **columns) -> DataProto:
     for i, chat in enumerate(chats):
         text = tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
         row = tokenizer(text, add_special_tokens=False)["input_ids"]
-        ids[i, width - len(row):] = torch.tensor(row)
-        mask[i, width - len(row):] = 1
+        ids[i, width - len(row) :] = torch.tensor(row)
+        mask[i, width - len(row) :] = 1
     non_tensors = {
         "raw_prompt": chats,
         "index": list(range(len(chats))),
@@ -168,20 +170,24 @@ def test_sequence_is_the_chat_template_of_the_whole_conversation(tiny_model_dir,
     config = rollout_config(tiny_model_dir, f"{MT}.env_class=test_scripted", f"{MT}.env_kwargs.mode=retry")
     out = ScriptedEngine(config, tok, script).generate_sequences(chat_batch(tok, [CHAT]))
     conversation = CHAT + [
-        {"role": "assistant", "content": "58"}, {"role": "user", "content": RETRY_MESSAGE},
-        {"role": "assistant", "content": "The answer is 68"}, {"role": "user", "content": RETRY_MESSAGE},
+        {"role": "assistant", "content": "58"},
+        {"role": "user", "content": RETRY_MESSAGE},
+        {"role": "assistant", "content": "The answer is 68"},
+        {"role": "user", "content": RETRY_MESSAGE},
         {"role": "assistant", "content": "68"},
     ]
     expected = encode(tok, tok.apply_chat_template(conversation, tokenize=False))
     ours = real_tokens(out, 0)
-    assert ours == expected[: len(ours)] and tok.decode(expected[len(ours):]) == "\n"
+    assert ours == expected[: len(ours)] and tok.decode(expected[len(ours) :]) == "\n"
 
     width = out.batch["prompts"].shape[1]
     length = int(out.batch["attention_mask"][0, width:].sum())
     mask, responses = out.batch["response_mask"][0, :length].tolist(), out.batch["responses"][0].tolist()
     assert [responses[a:b] for value, a, b in spans(mask) if value == 1] == script
     smollm2 = template == "smollm2"
-    user, assistant = ("<|im_start|>user\n", "<|im_start|>assistant\n") if smollm2 else ("<|user|>\n", "<|assistant|>\n")
+    user, assistant = (
+        ("<|im_start|>user\n", "<|im_start|>assistant\n") if smollm2 else ("<|user|>\n", "<|assistant|>\n")
+    )
     expected_obs = f"\n{user}{RETRY_MESSAGE}{tok.eos_token}\n{assistant}"
     # Mask 0 exactly on the rendered observation (the newline after the model's EOS
     # included), with no default system prompt injected.
@@ -208,12 +214,17 @@ def test_non_canonical_sampled_ids_are_kept_exactly(tiny_model_dir, tokenizer):
 def test_observation_spans_are_masked_and_decode_to_the_rendered_observation(tiny_model_dir, tokenizer):
     eos = tokenizer.eos_token_id
     config = rollout_config(
-        tiny_model_dir, f"{MT}.env_class=test_scripted", f"{MT}.env_kwargs.mode=forever", f"{MT}.max_assistant_turns=3",
+        tiny_model_dir,
+        f"{MT}.env_class=test_scripted",
+        f"{MT}.env_kwargs.mode=forever",
+        f"{MT}.max_assistant_turns=3",
     )
-    out = ScriptedEngine(config, tokenizer, [encode(tokenizer, "Hmm") + [eos]]).generate_sequences(chat_batch(tokenizer, [CHAT]))
+    out = ScriptedEngine(config, tokenizer, [encode(tokenizer, "Hmm") + [eos]]).generate_sequences(
+        chat_batch(tokenizer, [CHAT])
+    )
     mask, responses = out.batch["response_mask"][0].tolist(), out.batch["responses"][0].tolist()
     log_probs = out.batch["rollout_log_probs"][0].tolist()
-    length = int(out.batch["attention_mask"][0, out.batch["prompts"].shape[1]:].sum())
+    length = int(out.batch["attention_mask"][0, out.batch["prompts"].shape[1] :].sum())
     runs = spans(mask[:length])
     assert [v for v, _, _ in runs] == [1, 0, 1, 0, 1]
     for k, (_, a, b) in enumerate(r for r in runs if r[0] == 0):
@@ -221,20 +232,27 @@ def test_observation_spans_are_masked_and_decode_to_the_rendered_observation(tin
         assert tokenizer.decode(responses[a:b]) == expected
         assert all(p == 0.0 for p in log_probs[a:b])
     assert all(p == -0.5 for v, a, b in runs if v == 1 for p in log_probs[a:b])
-    assert out.batch["attention_mask"][0, out.batch["prompts"].shape[1]:].tolist() == [1] * length + [0] * (64 - length)
+    assert out.batch["attention_mask"][0, out.batch["prompts"].shape[1] :].tolist() == [1] * length + [0] * (
+        64 - length
+    )
 
 
 def test_plain_text_observations_when_not_a_conversation(tiny_model_dir, tokenizer):
     config = rollout_config(
-        tiny_model_dir, f"{MT}.env_class=test_scripted", f"{MT}.env_kwargs.mode=forever",
-        f"{MT}.max_assistant_turns=2", f"{MT}.use_conversation_multi_turn=false",
+        tiny_model_dir,
+        f"{MT}.env_class=test_scripted",
+        f"{MT}.env_kwargs.mode=forever",
+        f"{MT}.max_assistant_turns=2",
+        f"{MT}.use_conversation_multi_turn=false",
     )
     turn = encode(tokenizer, " Hmm")
     out = ScriptedEngine(config, tokenizer, [turn]).generate_sequences(chat_batch(tokenizer, [CHAT]))
     expected = turn + encode(tokenizer, "Go on (1).") + turn
     assert out.batch["responses"][0, : len(expected)].tolist() == expected
     observation = len(expected) - 2 * len(turn)
-    assert out.batch["response_mask"][0, : len(expected)].tolist() == [1] * len(turn) + [0] * observation + [1] * len(turn)
+    assert out.batch["response_mask"][0, : len(expected)].tolist() == [1] * len(turn) + [0] * observation + [1] * len(
+        turn
+    )
 
 
 # ---------------------------------------------------------------- rewards, turns, budgets
@@ -245,7 +263,10 @@ def test_rewards_land_on_each_turns_last_model_token(tiny_model_dir, tokenizer, 
     eos = tokenizer.eos_token_id
     script = [encode(tokenizer, "58") + [eos], encode(tokenizer, "68") + [eos]]
     config = rollout_config(
-        tiny_model_dir, f"{MT}.env_class=test_scripted", f"{MT}.env_kwargs.mode=retry", f"{MT}.reward_placement={placement}",
+        tiny_model_dir,
+        f"{MT}.env_class=test_scripted",
+        f"{MT}.env_kwargs.mode=retry",
+        f"{MT}.reward_placement={placement}",
     )
     out = ScriptedEngine(config, tokenizer, script).generate_sequences(chat_batch(tokenizer, [CHAT]))
     mask, rewards = out.batch["response_mask"][0].tolist(), out.batch["env_rewards"][0]
@@ -263,8 +284,12 @@ def test_rewards_land_on_each_turns_last_model_token(tiny_model_dir, tokenizer, 
 def test_a_never_ending_environment_stops_after_exactly_max_assistant_turns(tiny_model_dir, tokenizer):
     eos = tokenizer.eos_token_id
     config = rollout_config(
-        tiny_model_dir, f"{MT}.env_class=test_scripted", f"{MT}.env_kwargs.mode=forever", f"{MT}.max_assistant_turns=4",
-        n=2, response_length=200,
+        tiny_model_dir,
+        f"{MT}.env_class=test_scripted",
+        f"{MT}.env_kwargs.mode=forever",
+        f"{MT}.max_assistant_turns=4",
+        n=2,
+        response_length=200,
     )
     engine = ScriptedEngine(config, tokenizer, [encode(tokenizer, "ok") + [eos]])
     out = engine.generate_sequences(chat_batch(tokenizer, [CHAT, CHAT]))
@@ -275,19 +300,26 @@ def test_a_never_ending_environment_stops_after_exactly_max_assistant_turns(tiny
     assert out.meta_info["metrics"]["multi_turn/env/steps"] == 4.0
     # The last turn ends the sequence: no observation after it.
     mask = out.batch["response_mask"][0]
-    assert mask[int(out.batch["attention_mask"][0, out.batch["prompts"].shape[1]:].sum()) - 1] == 1
+    assert mask[int(out.batch["attention_mask"][0, out.batch["prompts"].shape[1] :].sum()) - 1] == 1
 
 
 def test_max_user_turns_caps_the_environments_replies(tiny_model_dir, tokenizer):
     eos = tokenizer.eos_token_id
     config = rollout_config(
-        tiny_model_dir, f"{MT}.env_class=test_scripted", f"{MT}.env_kwargs.mode=forever", f"{MT}.max_user_turns=1",
+        tiny_model_dir,
+        f"{MT}.env_class=test_scripted",
+        f"{MT}.env_kwargs.mode=forever",
+        f"{MT}.max_user_turns=1",
         response_length=200,
     )
-    out = ScriptedEngine(config, tokenizer, [encode(tokenizer, "ok") + [eos]]).generate_sequences(chat_batch(tokenizer, [CHAT]))
+    out = ScriptedEngine(config, tokenizer, [encode(tokenizer, "ok") + [eos]]).generate_sequences(
+        chat_batch(tokenizer, [CHAT])
+    )
     assert out.non_tensor_batch["multi_turn_turns"].tolist() == [2]
     assert out.non_tensor_batch["multi_turn_finish_reason"].tolist() == ["max_turns"]
-    assert [v for v, _, _ in spans(out.batch["response_mask"][0, : int(out.batch["attention_mask"][0, 48:].sum())].tolist())] == [1, 0, 1]
+    assert [
+        v for v, _, _ in spans(out.batch["response_mask"][0, : int(out.batch["attention_mask"][0, 48:].sum())].tolist())
+    ] == [1, 0, 1]
 
 
 @pytest.mark.parametrize("limit", ["response_length", "max_model_len"])
@@ -314,7 +346,10 @@ def test_an_overflowing_trajectory_stays_within_the_budget(tiny_model_dir, token
 def test_a_sleeping_environment_is_cut_off_and_counted(tiny_model_dir, tokenizer):
     eos = tokenizer.eos_token_id
     config = rollout_config(
-        tiny_model_dir, f"{MT}.env_class=test_scripted", f"{MT}.env_kwargs.mode=sleep", f"{MT}.env_step_timeout_s=0.5",
+        tiny_model_dir,
+        f"{MT}.env_class=test_scripted",
+        f"{MT}.env_kwargs.mode=sleep",
+        f"{MT}.env_step_timeout_s=0.5",
     )
     start = time.monotonic()
     out = ScriptedEngine(config, tokenizer, [encode(tokenizer, "68") + [eos]]).generate_sequences(
@@ -332,8 +367,11 @@ def test_a_raising_environment_stops_the_run_or_is_counted(tiny_model_dir, token
     overrides = [f"{MT}.env_class=test_scripted", f"{MT}.env_kwargs.mode=raise"]
     script = [encode(tokenizer, "58") + [eos]]
     engine = ScriptedEngine(rollout_config(tiny_model_dir, *overrides), tokenizer, script)
-    with pytest.raises(RuntimeError, match=r"environment ScriptedEnv raised ArithmeticError in step on row 1 "
-                                           r"\(batch position 1, sample 0\): cannot judge '58'"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"environment ScriptedEnv raised ArithmeticError in step on row 1 "
+        r"\(batch position 1, sample 0\): cannot judge '58'",
+    ):
         engine.generate_sequences(chat_batch(tokenizer, [CHAT, CHAT]))
     from hybrid.errors import format_error
 
@@ -397,8 +435,11 @@ def test_tool_calls_are_answered_and_a_hanging_tool_is_cut_off(tiny_model_dir, t
     calc, slow = _tool_call("python", code="23 + 45"), _tool_call("python", code="import time\ntime.sleep(60)")
     script = [encode(tokenizer, calc) + [eos], encode(tokenizer, slow) + [eos], encode(tokenizer, "68") + [eos]]
     config = rollout_config(
-        tiny_model_dir, f"{MT}.tool_config_path={tool_config}", f"{MT}.env_class=test_scripted",
-        f"{MT}.env_kwargs.mode=retry", response_length=200,
+        tiny_model_dir,
+        f"{MT}.tool_config_path={tool_config}",
+        f"{MT}.env_class=test_scripted",
+        f"{MT}.env_kwargs.mode=retry",
+        response_length=200,
     )
     start = time.monotonic()
     out = ScriptedEngine(config, tokenizer, script).generate_sequences(chat_batch(tokenizer, [CHAT]))
@@ -424,7 +465,9 @@ def test_skyrl_gym_gsm8k_multi_turn_runs_unchanged(tiny_model_dir, tokenizer):
     pytest.importorskip("skyrl_gym", reason="skyrl-gym is not installed (pip install 'hybrid[env]')")
     eos = tokenizer.eos_token_id
     script = [encode(tokenizer, "I think 58") + [eos], encode(tokenizer, "#### 68") + [eos]]
-    config = rollout_config(tiny_model_dir, f"{MT}.reward_placement=turn", f"{MT}.max_assistant_turns=3", response_length=200)
+    config = rollout_config(
+        tiny_model_dir, f"{MT}.reward_placement=turn", f"{MT}.max_assistant_turns=3", response_length=200
+    )
     batch = chat_batch(tokenizer, [CHAT], env_class=["gsm8k_multi_turn"])
     out = ScriptedEngine(config, tokenizer, script).generate_sequences(batch)
     assert out.non_tensor_batch["multi_turn_finish_reason"].tolist() == ["done"]
@@ -467,7 +510,9 @@ def _log_prob_gap(model_dir, out) -> float:
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     with torch.no_grad():
         logits = model(
-            input_ids=out.batch["input_ids"], attention_mask=out.batch["attention_mask"], position_ids=out.batch["position_ids"]
+            input_ids=out.batch["input_ids"],
+            attention_mask=out.batch["attention_mask"],
+            position_ids=out.batch["position_ids"],
         ).logits.float()
     width = out.batch["prompts"].shape[1]
     steps = logits[:, width - 1 : -1].log_softmax(-1)
@@ -495,8 +540,10 @@ def test_hf_engine_runs_the_loop(tiny_model_dir, tokenizer):
     from workers.rollout.hf_rollout import HFRollout
 
     overrides = [
-        "actor_rollout_ref.rollout.name=hf", "actor_rollout_ref.rollout.load_format=hf",
-        f"{MT}.env_class=arithmetic_retry", f"{MT}.max_tokens_per_turn=6",
+        "actor_rollout_ref.rollout.name=hf",
+        "actor_rollout_ref.rollout.load_format=hf",
+        f"{MT}.env_class=arithmetic_retry",
+        f"{MT}.max_tokens_per_turn=6",
     ]
     cfg = engine_config(tiny_model_dir, f"{MT}.enable=true", *overrides, n=2, response_length=40)
     hf_config = AutoConfig.from_pretrained(tiny_model_dir)
@@ -515,7 +562,9 @@ def test_vllm_engine_runs_the_loop(tiny_model_dir, tokenizer):
     from workers.rollout.vllm_rollout import VLLMRollout
 
     overrides = [
-        "actor_rollout_ref.rollout.load_format=hf", f"{MT}.env_class=arithmetic_retry", f"{MT}.max_tokens_per_turn=6",
+        "actor_rollout_ref.rollout.load_format=hf",
+        f"{MT}.env_class=arithmetic_retry",
+        f"{MT}.max_tokens_per_turn=6",
         "actor_rollout_ref.rollout.max_model_len=80",
     ]
     cfg = engine_config(tiny_model_dir, f"{MT}.enable=true", *overrides, n=2, response_length=40)
@@ -528,6 +577,8 @@ def test_vllm_engine_runs_the_loop(tiny_model_dir, tokenizer):
     assert out.meta_info["metrics"]["multi_turn/finish_reason/length"] > 0
     assert _log_prob_gap(tiny_model_dir, out) < 1e-3
     # Off again, the same engine rolls out single turns.
-    engine.config = dataclasses.replace(engine.config, multi_turn=dataclasses.replace(engine.config.multi_turn, enable=False))
+    engine.config = dataclasses.replace(
+        engine.config, multi_turn=dataclasses.replace(engine.config.multi_turn, enable=False)
+    )
     single = engine.generate_sequences(_multi_turn_batch(tokenizer))
     assert "env_rewards" not in single.batch.keys()

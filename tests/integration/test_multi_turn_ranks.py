@@ -82,7 +82,9 @@ def test_two_ranks_with_uneven_trajectories(case, ray_session, tiny_model_dir, u
     from hybrid.trainer import PPOTrainer
 
     cfg = run_config(
-        tiny_model_dir, uneven_files, tmp_path / "run",
+        tiny_model_dir,
+        uneven_files,
+        tmp_path / "run",
         *CASES[case],
         "trainer.n_gpus_per_node=2",
         "trainer.worker_group=ray",
@@ -127,7 +129,7 @@ def check_uneven_shares(batch, step: int) -> None:
     assert rows == PROMPTS_PER_STEP * 2, rows  # rollout.n = 2
     turns = [int(t) for t in batch.non_tensor_batch["multi_turn_turns"]]
     mask = batch.batch["response_mask"]
-    attended = batch.batch["attention_mask"][:, -mask.shape[1]:]
+    attended = batch.batch["attention_mask"][:, -mask.shape[1] :]
     lengths = attended.sum(-1).tolist()  # model and observation tokens
     shares = [slice(0, rows // 2), slice(rows // 2, rows)]
     assert all(t == TURNS_OF_RANK[0] for t in turns[shares[0]]), (step, turns)

@@ -29,7 +29,9 @@ def test_one_grpo_step_and_validation_with_an_environment(tiny_model_dir, arithm
     from hybrid.trainer import PPOTrainer
 
     cfg = run_config(
-        tiny_model_dir, arithmetic_files, tmp_path / "run",
+        tiny_model_dir,
+        arithmetic_files,
+        tmp_path / "run",
         "algorithm.adv_estimator=grpo",
         "data.max_response_length=32",  # the whole episode: 2 model turns of <= 4 tokens + 1 observation
         "trainer.total_training_steps=1",

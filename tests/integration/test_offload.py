@@ -38,7 +38,12 @@ class Placement:
 
     def __init__(self, monkeypatch):
         self.where: dict[int, str] = {}
-        moves = {"load_params": "device", "offload_params": "host", "load_optimizer": "device", "offload_optimizer": "host"}
+        moves = {
+            "load_params": "device",
+            "offload_params": "host",
+            "load_optimizer": "device",
+            "offload_optimizer": "host",
+        }
         for module in (workers.fsdp_utils, workers.actor_rollout_ref_worker, workers.critic_worker):
             for name, place in moves.items():
                 if hasattr(module, name):
@@ -82,7 +87,9 @@ def test_actor_rollout_ref_state_is_on_the_host_between_calls(tiny_model_dir, to
     placement.watch_forward(ref, "reference")
     placement.watch_step(optimizer, actor, "actor")
     update_weights = worker.rollout.update_weights
-    monkeypatch.setattr(worker.rollout, "update_weights", lambda w: (placement.require(actor, "weight sync"), update_weights(w)))
+    monkeypatch.setattr(
+        worker.rollout, "update_weights", lambda w: (placement.require(actor, "weight sync"), update_weights(w))
+    )
 
     with pytest.raises(RuntimeError, match="call update_rollout_weights first"):
         group.generate_sequences(prompt_batch(tokenizer))

@@ -20,7 +20,9 @@ def _models(tiny_model_dir):
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(0)
-    packed = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32, attn_implementation=register_packed_attention())
+    packed = AutoModelForCausalLM.from_pretrained(
+        tiny_model_dir, dtype=torch.float32, attn_implementation=register_packed_attention()
+    )
     dense = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32, attn_implementation="sdpa")
     assert packed.config.num_key_value_heads < packed.config.num_attention_heads  # GQA is exercised
     return packed, dense
@@ -62,7 +64,9 @@ def test_packed_row_matches_sdpa_and_separate_sequences(tiny_model_dir, monkeypa
         assert (grad - ref_grads[name]).abs().max() <= TOL, name
 
     with torch.no_grad():
-        alone = torch.cat([dense(input_ids=chunk, use_cache=False).logits for chunk in ids.split(lengths, dim=1)], dim=1)
+        alone = torch.cat(
+            [dense(input_ids=chunk, use_cache=False).logits for chunk in ids.split(lengths, dim=1)], dim=1
+        )
     assert (logits - alone).abs().max() <= TOL
 
 

@@ -68,7 +68,11 @@ def test_plugin_estimator_runs_from_the_command_line(tmp_path, tiny_model_dir):
     ]
     result = subprocess.run(
         [sys.executable, "-m", "hybrid.main_ppo", *overrides],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert result.returncode == 0, result.stderr[-4000:]
     assert note.read_text().split() == ["8"]  # one step of 4 prompts x 2 samples

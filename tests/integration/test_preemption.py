@@ -96,7 +96,9 @@ def test_sigterm_in_rollout_checkpoint_write_and_update_resumes_exactly(tiny_mod
     step 1's rollout (saved at 1), during step 2's checkpoint write (that save completes),
     during step 3's actor update (saved at 3); the last run finishes step 4. Together they
     equal an uninterrupted run step for step."""
-    reference, stopped = train_until_stopped(run_config(tiny_model_dir, arithmetic_files, tmp_path / "reference", *STEPS))
+    reference, stopped = train_until_stopped(
+        run_config(tiny_model_dir, arithmetic_files, tmp_path / "reference", *STEPS)
+    )
     assert stopped is None and [h["step"] for h in reference] == [1, 2, 3, 4]
 
     root = tmp_path / "stopped"
@@ -198,12 +200,19 @@ def test_sigterm_through_the_command_line_with_ray(tiny_model_dir, arithmetic_fi
     checkpoint on stderr, and no process of the session is left (Ray's actor, raylet and
     GCS included)."""
     root, marker = tmp_path / "run", tmp_path / "in_step_2"
-    env = dict(os.environ, TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(
+        os.environ, TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")
+    )
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "RAY_ADDRESS"):
         env.pop(key, None)  # left by earlier in-process worker groups of this pytest process
     proc = subprocess.Popen(
         [sys.executable, "-c", HELD_ROLLOUT, str(marker), *_command_line(tiny_model_dir, arithmetic_files, root)],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
     try:
         deadline = time.time() + 300

@@ -17,8 +17,14 @@ def _rm_dir(out_dir, tokenizer, chat_template: str | None = None) -> str:
     from transformers import AutoModelForSequenceClassification, LlamaConfig
 
     config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=1, num_labels=1, pad_token_id=tokenizer.pad_token_id,
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        num_labels=1,
+        pad_token_id=tokenizer.pad_token_id,
     )
     torch.manual_seed(3)
     AutoModelForSequenceClassification.from_config(config).save_pretrained(out_dir)
@@ -49,8 +55,11 @@ def _direct(rm_dir, input_ids, attention_mask):
 def test_scores_match_a_direct_forward_on_the_last_response_token(tiny_model_dir, tokenizer, tmp_path):
     rm_dir = _rm_dir(tmp_path / "rm", tokenizer)
     cfg = engine_config(
-        tiny_model_dir, "reward_model.enable=true", f"reward_model.model.path={rm_dir}",
-        "reward_model.micro_batch_size_per_gpu=3", "actor_rollout_ref.actor.fsdp_config.mixed_precision=fp32",
+        tiny_model_dir,
+        "reward_model.enable=true",
+        f"reward_model.model.path={rm_dir}",
+        "reward_model.micro_batch_size_per_gpu=3",
+        "actor_rollout_ref.actor.fsdp_config.mixed_precision=fp32",
     )
     batch = synthetic_rollout(tokenizer, n=2)
     rm_scores = _scores(cfg).compute_rm_score(batch).batch["rm_scores"]
@@ -68,12 +77,12 @@ def test_scores_match_a_direct_forward_on_the_last_response_token(tiny_model_dir
 
 
 def test_a_different_chat_template_is_re_templated(tiny_model_dir, tokenizer, tmp_path):
-    template = (
-        "{% for m in messages %}<|im_start|>{{ m['role'] | upper }}: {{ m['content'] }}<|im_end|>\n{% endfor %}"
-    )
+    template = "{% for m in messages %}<|im_start|>{{ m['role'] | upper }}: {{ m['content'] }}<|im_end|>\n{% endfor %}"
     rm_dir = _rm_dir(tmp_path / "rm_templated", tokenizer, chat_template=template)
     cfg = engine_config(
-        tiny_model_dir, "reward_model.enable=true", f"reward_model.model.path={rm_dir}",
+        tiny_model_dir,
+        "reward_model.enable=true",
+        f"reward_model.model.path={rm_dir}",
         "actor_rollout_ref.actor.fsdp_config.mixed_precision=fp32",
     )
     batch = synthetic_rollout(tokenizer, n=1)
@@ -84,7 +93,9 @@ def test_a_different_chat_template_is_re_templated(tiny_model_dir, tokenizer, tm
     assert group.worker.retemplate
     rm_scores = group.compute_rm_score(batch).batch["rm_scores"].sum(-1)
     for i, text in enumerate(PROMPTS):
-        response = tokenizer.decode(batch.batch["responses"][i][batch.batch["response_mask"][i].bool()], skip_special_tokens=True)
+        response = tokenizer.decode(
+            batch.batch["responses"][i][batch.batch["response_mask"][i].bool()], skip_special_tokens=True
+        )
         chat = [{"role": "user", "content": text}, {"role": "assistant", "content": response}]
         text_in = "".join(f"<|im_start|>{m['role'].upper()}: {m['content']}<|im_end|>\n" for m in chat)
         ids = torch.tensor(tokenizer(text_in, add_special_tokens=False)["input_ids"])

@@ -11,7 +11,6 @@ import pytest
 import torch
 
 from protocol.data_proto import DataProto
-
 from tests.integration.checkpoint_helpers import run_config, train
 from tests.integration.engine_helpers import engine_config, synthetic_rollout
 
@@ -33,8 +32,13 @@ def test_in_update_weights_match_the_separate_pass(tiny_model_dir, tokenizer):
     """Sequence IS, decoupled: computed per micro-batch from the update's own forward
     ("micro", no old log-prob pass) or once from the pass's old log-probs ("batch"), the loss,
     the gradient and the metrics agree. lr=0 keeps the weights, so one actor runs both."""
-    cfg = engine_config(tiny_model_dir, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
-                        "actor_rollout_ref.actor.optim.lr=0", RC + "rollout_is=sequence", RC + "rollout_is_threshold=1.5")
+    cfg = engine_config(
+        tiny_model_dir,
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+        "actor_rollout_ref.actor.optim.lr=0",
+        RC + "rollout_is=sequence",
+        RC + "rollout_is_threshold=1.5",
+    )
     group = _actor(cfg)
     batch = synthetic_rollout(tokenizer, n=2)
     batch.meta_info["rollout_correction"] = cfg.algorithm.rollout_correction
@@ -72,20 +76,38 @@ MODES = {
     # on-policy (one mini-batch): the old log-prob pass is skipped, weights computed in the update
     "decoupled_seq_is": [RC + "rollout_is=sequence", RC + "rollout_is_threshold=2.0"],
     # rejection and normalisation need the whole batch first: the pass runs
-    "decoupled_rs_norm": [RC + "rollout_is=token", RC + "rollout_is_batch_normalize=true",
-                          RC + "rollout_rs=seq_mean_k1", RC + "rollout_rs_threshold=1.5"],
-    "bypass_ppo_clip_rs": [RC + "bypass_mode=true", RC + "rollout_rs='token_k1,seq_max_k3'",
-                           RC + "rollout_rs_threshold='0.5_2.0,4.0'"],
-    "bypass_reinforce": [RC + "bypass_mode=true", RC + "loss_type=reinforce", RC + "rollout_is=sequence",
-                         RC + "rollout_is_threshold=2.0", RC + "rollout_is_batch_normalize=true"],
+    "decoupled_rs_norm": [
+        RC + "rollout_is=token",
+        RC + "rollout_is_batch_normalize=true",
+        RC + "rollout_rs=seq_mean_k1",
+        RC + "rollout_rs_threshold=1.5",
+    ],
+    "bypass_ppo_clip_rs": [
+        RC + "bypass_mode=true",
+        RC + "rollout_rs='token_k1,seq_max_k3'",
+        RC + "rollout_rs_threshold='0.5_2.0,4.0'",
+    ],
+    "bypass_reinforce": [
+        RC + "bypass_mode=true",
+        RC + "loss_type=reinforce",
+        RC + "rollout_is=sequence",
+        RC + "rollout_is_threshold=2.0",
+        RC + "rollout_is_batch_normalize=true",
+    ],
 }
 
 
 @pytest.mark.slow  # four short trainer runs: about 30 s together on two CPU cores
 @pytest.mark.parametrize("mode", sorted(MODES))
 def test_one_grpo_step_per_mode(tiny_model_dir, arithmetic_files, tmp_path, mode):
-    cfg = run_config(tiny_model_dir, arithmetic_files, tmp_path, "trainer.total_training_steps=1",
-                     "actor_rollout_ref.actor.ppo_mini_batch_size=4", *MODES[mode])
+    cfg = run_config(
+        tiny_model_dir,
+        arithmetic_files,
+        tmp_path,
+        "trainer.total_training_steps=1",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        *MODES[mode],
+    )
     (step,) = train(cfg)["history"]
     assert math.isfinite(step["actor/pg_loss"]) and math.isfinite(step["actor/grad_norm"])
     assert ("timing_s/old_log_prob" in step) == (mode == "decoupled_rs_norm")

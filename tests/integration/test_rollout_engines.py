@@ -51,7 +51,9 @@ def _hf_log_probs(model, out) -> torch.Tensor:
     """The folder model's log-probs of each sampled response token (teacher forcing)."""
     with torch.no_grad():
         logits = model(
-            input_ids=out.batch["input_ids"], attention_mask=out.batch["attention_mask"], position_ids=out.batch["position_ids"]
+            input_ids=out.batch["input_ids"],
+            attention_mask=out.batch["attention_mask"],
+            position_ids=out.batch["position_ids"],
         ).logits.float()
     prompt_len = out.batch["prompts"].shape[1]
     step_logits = logits[:, prompt_len - 1 : -1].log_softmax(-1)
@@ -108,7 +110,9 @@ def folder_model(tiny_model_dir):
     return AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
 
 
-def test_vllm_dummy_dtensor_starts_with_random_weights_and_takes_the_actors(vllm_engine, folder_model, tiny_model_dir, tokenizer):
+def test_vllm_dummy_dtensor_starts_with_random_weights_and_takes_the_actors(
+    vllm_engine, folder_model, tiny_model_dir, tokenizer
+):
     engine = vllm_engine.llm.llm_engine
     assert engine.vllm_config.load_config.load_format == "dummy"
     assert engine.model_config.trust_remote_code is True
@@ -142,7 +146,6 @@ def test_vllm_repetition_penalty_changes_greedy_tokens(vllm_engine, folder_model
     plain = _generate(vllm_engine, tiny_model_dir, tokenizer, f"{R}.do_sample=false")
     penalised = _generate(vllm_engine, tiny_model_dir, tokenizer, f"{R}.do_sample=false", f"{R}.repetition_penalty=5.0")
     assert_repetition_penalty_breaks_greedy_loops(_responses(plain), _responses(penalised), _prompt_sets(plain))
-
 
 
 def test_vllm_start_keeps_torchs_numa_notice_off_the_console(tiny_model_dir, tmp_path):
@@ -183,7 +186,9 @@ def _hf_engine(model_dir, tokenizer, *overrides, hf_config=None):
     from workers.rollout.hf_rollout import HFRollout
 
     model_section, rollout_section = _sections(model_dir, f"{R}.name=hf", *overrides)
-    hf_config = hf_config or AutoConfig.from_pretrained(model_dir, trust_remote_code=bool(model_section.trust_remote_code))
+    hf_config = hf_config or AutoConfig.from_pretrained(
+        model_dir, trust_remote_code=bool(model_section.trust_remote_code)
+    )
     return HFRollout(model_section, rollout_section, tokenizer, hf_config)
 
 
@@ -281,6 +286,10 @@ def test_hf_engine_trust_remote_code(remote_code_model_dir, tokenizer):
             _hf_engine(remote_code_model_dir, tokenizer, load_format, hf_config=hf_config)
     for load_format in formats:
         engine = _hf_engine(
-            remote_code_model_dir, tokenizer, load_format, "actor_rollout_ref.model.trust_remote_code=true", hf_config=hf_config
+            remote_code_model_dir,
+            tokenizer,
+            load_format,
+            "actor_rollout_ref.model.trust_remote_code=true",
+            hf_config=hf_config,
         )
         assert type(engine.model).__name__ == "TinyRemoteForCausalLM", load_format

@@ -45,8 +45,13 @@ def ragged_batch(vocab: int, prompt_lens: list[int], group_sizes: list[int], see
     attention_mask = torch.stack([rows[i][1] for i in order])
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
     responses = input_ids[:, prompt_width:]
-    return {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids,
-            "responses": responses, "response_mask": attention_mask[:, prompt_width:]}
+    return {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "position_ids": position_ids,
+        "responses": responses,
+        "response_mask": attention_mask[:, prompt_width:],
+    }
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +85,9 @@ def _actor_pass(model, micro: dict, use_remove_padding: bool, share: bool, chunk
 
 
 def test_groups_are_found_by_prompt_tokens(batch):
-    groups = prompt_groups(batch["input_ids"], batch["attention_mask"], batch["position_ids"], batch["responses"].shape[1])
+    groups = prompt_groups(
+        batch["input_ids"], batch["attention_mask"], batch["position_ids"], batch["responses"].shape[1]
+    )
     assert groups == [[0, 2, 4, 6, 8], [1], [3, 7], [5, 9]]
 
 
@@ -179,16 +186,23 @@ def _update(model, batch: dict, share: bool, *overrides: str):
     from hybrid.config import build_config
     from protocol.data_proto import DataProto
 
-    cfg = build_config([
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
-        "actor_rollout_ref.actor.entropy_coeff=0.01", "actor_rollout_ref.actor.use_kl_loss=true", *overrides,
-    ]).actor_rollout_ref.actor
+    cfg = build_config(
+        [
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+            "actor_rollout_ref.actor.entropy_coeff=0.01",
+            "actor_rollout_ref.actor.use_kl_loss=true",
+            *overrides,
+        ]
+    ).actor_rollout_ref.actor
     cfg = dataclasses.replace(cfg, ppo_max_token_len_per_gpu=40)  # below what validation allows: more micro-batches
     gen = torch.Generator().manual_seed(5)
     rows, response_len = batch["responses"].shape
-    tensors = {**batch, "advantages": torch.randn(rows, response_len, generator=gen),
-               "old_log_probs": -torch.rand(rows, response_len, generator=gen),
-               "ref_log_prob": -torch.rand(rows, response_len, generator=gen)}
+    tensors = {
+        **batch,
+        "advantages": torch.randn(rows, response_len, generator=gen),
+        "old_log_probs": -torch.rand(rows, response_len, generator=gen),
+        "ref_log_prob": -torch.rand(rows, response_len, generator=gen),
+    }
     start = {n: p.detach().clone() for n, p in model.named_parameters()}
     optimizer = torch.optim.SGD(model.parameters(), lr=1000.0)
     actor = DataParallelPPOActor(model, True, cfg, optimizer, share_prompts=share)
@@ -223,7 +237,9 @@ def test_lora_log_probs_and_adapter_gradients_equal_unshared(tiny_model_dir, bat
 
     from workers.lora import apply_lora
 
-    lora = SimpleNamespace(lora_rank=4, lora_alpha=8, target_modules="all-linear", exclude_modules=None, lora_adapter_path=None)
+    lora = SimpleNamespace(
+        lora_rank=4, lora_alpha=8, target_modules="all-linear", exclude_modules=None, lora_adapter_path=None
+    )
     model = apply_lora(_model(tiny_model_dir), lora)
     for name, param in model.named_parameters():
         if "lora_B" in name:  # peft starts B at zero: make the adapters matter
@@ -240,14 +256,22 @@ def test_lora_log_probs_and_adapter_gradients_equal_unshared(tiny_model_dir, bat
 def text_batch(tokenizer) -> dict:
     """Chat prompts and plain-text responses (groups of 5, 1, 2, 2), rows scattered."""
     groups = {
-        "What is 17 + 25? Answer with a number.": ["17 + 25 = 42. The answer is 42.", "The answer is 42", "42", "It is 41.", "Sure! 42."],
+        "What is 17 + 25? Answer with a number.": [
+            "17 + 25 = 42. The answer is 42.",
+            "The answer is 42",
+            "42",
+            "It is 41.",
+            "Sure! 42.",
+        ],
         "Compute 3 * 4.": ["12"],
         "Tell me a short story about a cat who learns to count.": ["Once upon a time, a cat", "A cat named Tom sat by"],
         "What is 9 - 2?": ["7", "9 minus 2 is 7."],
     }
     rows = []
     for prompt, responses in groups.items():
-        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False)
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
+        )
         prompt_ids = tokenizer(text)["input_ids"]
         rows += [(prompt_ids, tokenizer(r)["input_ids"] + [tokenizer.eos_token_id]) for r in responses]
     width, response_len = max(len(p) for p, _ in rows), max(len(r) for _, r in rows)
@@ -258,8 +282,13 @@ def text_batch(tokenizer) -> dict:
         input_ids[i, width - len(prompt_ids) : width] = torch.tensor(prompt_ids)
         input_ids[i, width : width + len(response_ids)] = torch.tensor(response_ids)
         mask[i, width - len(prompt_ids) : width + len(response_ids)] = 1
-    return {"input_ids": input_ids, "attention_mask": mask, "position_ids": (mask.cumsum(-1) - 1).clamp(min=0),
-            "responses": input_ids[:, width:], "response_mask": mask[:, width:]}
+    return {
+        "input_ids": input_ids,
+        "attention_mask": mask,
+        "position_ids": (mask.cumsum(-1) - 1).clamp(min=0),
+        "responses": input_ids[:, width:],
+        "response_mask": mask[:, width:],
+    }
 
 
 @pytest.mark.slow

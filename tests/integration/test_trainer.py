@@ -24,30 +24,32 @@ def arithmetic_files(tmp_path_factory):
 def tiny_run_config(model_dir, files, out_dir, *extra):
     from hybrid.config import load_config, validate_config
 
-    cfg = load_config([
-        f"actor_rollout_ref.model.path={model_dir}",
-        f"data.train_files={files['train']}",
-        f"data.val_files={files['val']}",
-        "data.train_batch_size=4",
-        "data.max_prompt_length=64",
-        "data.max_response_length=8",
-        "actor_rollout_ref.rollout.n=2",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
-        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
-        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4",
-        "actor_rollout_ref.rollout.max_num_batched_tokens=512",
-        "actor_rollout_ref.actor.optim.lr=1e-3",
-        "critic.ppo_micro_batch_size_per_gpu=2",
-        "trainer.n_gpus_per_node=2",
-        "trainer.worker_group=ray",
-        "trainer.total_training_steps=2",
-        "trainer.test_freq=2",
-        "trainer.val_before_train=false",
-        "trainer.logger=[console,file]",
-        f"trainer.default_local_dir={out_dir}",
-        *extra,
-    ])
+    cfg = load_config(
+        [
+            f"actor_rollout_ref.model.path={model_dir}",
+            f"data.train_files={files['train']}",
+            f"data.val_files={files['val']}",
+            "data.train_batch_size=4",
+            "data.max_prompt_length=64",
+            "data.max_response_length=8",
+            "actor_rollout_ref.rollout.n=2",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+            "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
+            "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4",
+            "actor_rollout_ref.rollout.max_num_batched_tokens=512",
+            "actor_rollout_ref.actor.optim.lr=1e-3",
+            "critic.ppo_micro_batch_size_per_gpu=2",
+            "trainer.n_gpus_per_node=2",
+            "trainer.worker_group=ray",
+            "trainer.total_training_steps=2",
+            "trainer.test_freq=2",
+            "trainer.val_before_train=false",
+            "trainer.logger=[console,file]",
+            f"trainer.default_local_dir={out_dir}",
+            *extra,
+        ]
+    )
     validate_config(cfg)
     return cfg
 
@@ -55,19 +57,28 @@ def tiny_run_config(model_dir, files, out_dir, *extra):
 @pytest.mark.parametrize(
     "algo",
     [
-        ["algorithm.adv_estimator=grpo", "actor_rollout_ref.actor.use_kl_loss=true", "actor_rollout_ref.actor.ppo_mini_batch_size=4"],
+        [
+            "algorithm.adv_estimator=grpo",
+            "actor_rollout_ref.actor.use_kl_loss=true",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        ],
         # GAE also with Ulysses over both ranks (actor, reference, critic) and PF-PPO's resampling.
-        ["algorithm.adv_estimator=gae", "algorithm.use_kl_in_reward=true", "algorithm.use_pf_ppo=true",
-         "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2", "critic.ulysses_sequence_parallel_size=2"],
+        [
+            "algorithm.adv_estimator=gae",
+            "algorithm.use_kl_in_reward=true",
+            "algorithm.use_pf_ppo=true",
+            "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",
+            "critic.ulysses_sequence_parallel_size=2",
+        ],
     ],
     ids=["grpo", "gae_sp_pfppo"],
 )
 def test_two_steps_through_ray(tiny_model_dir, arithmetic_files, tmp_path, algo):
     import ray
+    from transformers import AutoTokenizer
 
     from hybrid.trainer import PPOTrainer, build_dataloaders
     from reward.loader import load_reward_manager
-    from transformers import AutoTokenizer
 
     cfg = tiny_run_config(tiny_model_dir, arithmetic_files, tmp_path, *algo)
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
@@ -97,8 +108,15 @@ def test_two_steps_through_ray(tiny_model_dir, arithmetic_files, tmp_path, algo)
             assert f"timing_s/{phase}" in metrics, phase
         if "gae" not in algo[0]:
             assert "timing_s/old_log_prob" not in metrics
-        for key in ("actor/pg_loss", "actor/grad_norm", "actor/entropy", "rollout/logp_abs_diff_mean",
-                    "critic/score/mean", "response_length/mean", "perf/throughput"):
+        for key in (
+            "actor/pg_loss",
+            "actor/grad_norm",
+            "actor/entropy",
+            "rollout/logp_abs_diff_mean",
+            "critic/score/mean",
+            "response_length/mean",
+            "perf/throughput",
+        ):
             assert math.isfinite(metrics[key]), key
         if "gae" in algo[0]:
             assert math.isfinite(metrics["critic/vf_loss"]) and math.isfinite(metrics["actor/reward_kl_penalty"])

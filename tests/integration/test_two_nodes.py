@@ -69,8 +69,11 @@ def _ours(cluster) -> dict[int, int]:
 def _start(cluster, model_dir, files, root, *extra):
     return subprocess.Popen(
         command_line(model_dir, files, root, "trainer.nnodes=2", "trainer.n_gpus_per_node=1", *extra),
-        cwd=root.parent, env=clean_env(RAY_ADDRESS=cluster.address),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=root.parent,
+        env=clean_env(RAY_ADDRESS=cluster.address),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -105,7 +108,10 @@ def test_losing_a_node_ends_the_run_in_one_line(cluster, tiny_model_dir, arithme
     finally:
         proc.kill()
         proc.wait()
-    print(f"the run ended {took:.1f} s after the node was removed; stderr's last lines:\n" + "\n".join(err.splitlines()[-3:]))
+    print(
+        f"the run ended {took:.1f} s after the node was removed; stderr's last lines:\n"
+        + "\n".join(err.splitlines()[-3:])
+    )
     assert proc.returncode == 1, err[-3000:]
     assert took < 60
     messages = [line for line in err.splitlines() if line.startswith("hybrid:")]

@@ -24,7 +24,9 @@ def _saved_adapter(model_dir: str, folder) -> str:
     torch.manual_seed(5)
     base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     # init_lora_weights=False: B is random too, so the adapter changes what the model computes.
-    config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.1, init_lora_weights=False)
+    config = LoraConfig(
+        r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.1, init_lora_weights=False
+    )
     get_peft_model(base, config).save_pretrained(folder)
     return str(folder)
 
@@ -42,8 +44,11 @@ def test_lora_adapter_path_and_use_shm(tiny_model_dir, tokenizer, tmp_path, monk
     monkeypatch.setattr(model_loading, "SHM_ROOT", str(shm))
     adapter = _saved_adapter(tiny_model_dir, tmp_path / "adapter")
     cfg = engine_config(
-        tiny_model_dir, "actor_rollout_ref.rollout.name=hf", f"actor_rollout_ref.model.lora_adapter_path={adapter}",
-        "actor_rollout_ref.model.use_shm=true", "actor_rollout_ref.actor.use_kl_loss=true",
+        tiny_model_dir,
+        "actor_rollout_ref.rollout.name=hf",
+        f"actor_rollout_ref.model.lora_adapter_path={adapter}",
+        "actor_rollout_ref.model.use_shm=true",
+        "actor_rollout_ref.actor.use_kl_loss=true",
     )
     group = LocalWorkerGroup(ActorRolloutRefWorker, cfg.actor_rollout_ref, role="actor_rollout_ref")
     try:
@@ -78,9 +83,14 @@ def arithmetic_files(tmp_path_factory):
 def test_profiler_writes_the_chosen_steps_trace(tiny_model_dir, arithmetic_files, tmp_path):
     traces = tmp_path / "profile"
     cfg = run_config(
-        tiny_model_dir, arithmetic_files, tmp_path / "run",
-        "trainer.total_training_steps=2", "global_profiler.tool=torch", "global_profiler.steps=[2]",
-        f"global_profiler.save_path={traces}", "actor_rollout_ref.actor.profiler.enable=true",
+        tiny_model_dir,
+        arithmetic_files,
+        tmp_path / "run",
+        "trainer.total_training_steps=2",
+        "global_profiler.tool=torch",
+        "global_profiler.steps=[2]",
+        f"global_profiler.save_path={traces}",
+        "actor_rollout_ref.actor.profiler.enable=true",
     )
     train(cfg)
     assert os.listdir(traces) == ["actor"] and os.listdir(traces / "actor") == ["step2_rank0.json"]

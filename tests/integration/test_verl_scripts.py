@@ -24,16 +24,27 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
 RUN_CONTROL = [
-    "trainer.total_training_steps=1", "trainer.total_epochs=1", "trainer.save_freq=-1", "trainer.test_freq=-1",
-    "trainer.val_before_train=False", "trainer.logger=[console,file]", "trainer.merge_on_finish=False",
-    "trainer.plot_on_finish=False", "actor_rollout_ref.rollout.cpu_kvcache_space_gb=1",
+    "trainer.total_training_steps=1",
+    "trainer.total_epochs=1",
+    "trainer.save_freq=-1",
+    "trainer.test_freq=-1",
+    "trainer.val_before_train=False",
+    "trainer.logger=[console,file]",
+    "trainer.merge_on_finish=False",
+    "trainer.plot_on_finish=False",
+    "actor_rollout_ref.rollout.cpu_kvcache_space_gb=1",
 ]
 
 
 def _overrides(name: str, model: str, files: dict, out: Path) -> list[str]:
     filled = [o.format(model=model, train=files["train"], val=files["val"], out=out) for o in VERL_SCRIPTS[name]]
     parallel = any("ulysses_sequence_parallel_size=2" in o for o in filled)
-    return [*filled, *RUN_CONTROL, f"trainer.default_local_dir={out}", f"trainer.n_gpus_per_node={2 if parallel else 1}"]
+    return [
+        *filled,
+        *RUN_CONTROL,
+        f"trainer.default_local_dir={out}",
+        f"trainer.n_gpus_per_node={2 if parallel else 1}",
+    ]
 
 
 @pytest.fixture(scope="module")

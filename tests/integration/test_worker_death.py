@@ -40,7 +40,9 @@ def arithmetic_files(tmp_path_factory):
 
 def command_line(model_dir, files, root, *extra, ranks: int = 2) -> list[str]:
     return [
-        sys.executable, "-m", "hybrid.main_ppo",
+        sys.executable,
+        "-m",
+        "hybrid.main_ppo",
         *tiny_run(model_dir, files, root),
         f"trainer.n_gpus_per_node={ranks}",
         "trainer.worker_group=ray",
@@ -53,7 +55,9 @@ def command_line(model_dir, files, root, *extra, ranks: int = 2) -> list[str]:
 
 
 def clean_env(**extra) -> dict:
-    env = dict(os.environ, TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(
+        os.environ, TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")
+    )
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "RAY_ADDRESS"):
         env.pop(key, None)  # left by earlier in-process worker groups of this pytest process
     env.update(extra)
@@ -85,8 +89,13 @@ def worker_pid(sid: int, rank: int) -> int:
 def test_sigkilled_worker_ends_the_run_naming_rank_node_and_cause(tiny_model_dir, arithmetic_files, tmp_path):
     root = tmp_path / "run"
     proc = subprocess.Popen(
-        command_line(tiny_model_dir, arithmetic_files, root), cwd=tmp_path, env=clean_env(),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        command_line(tiny_model_dir, arithmetic_files, root),
+        cwd=tmp_path,
+        env=clean_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
     try:
         wait_for_steps(proc, root / "metrics.jsonl", 1)
@@ -98,8 +107,12 @@ def test_sigkilled_worker_ends_the_run_naming_rank_node_and_cause(tiny_model_dir
         left = processes_left(proc)
     finally:
         kill_session(proc)
-    print(f"the run ended {took:.1f} s after the kill; stdout's last lines:\n" + "\n".join(out.splitlines()[-5:])
-          + "\nstderr's last lines:\n" + "\n".join(err.splitlines()[-3:]))
+    print(
+        f"the run ended {took:.1f} s after the kill; stdout's last lines:\n"
+        + "\n".join(out.splitlines()[-5:])
+        + "\nstderr's last lines:\n"
+        + "\n".join(err.splitlines()[-3:])
+    )
     assert proc.returncode == 1, err[-3000:]
     assert took < 60
     messages = [line for line in err.splitlines() if line.startswith("hybrid:")]
@@ -141,7 +154,12 @@ def test_worker_killed_by_rays_memory_monitor_ends_the_run_out_of_memory(tiny_mo
     env = clean_env(RAY_memory_usage_threshold=f"{threshold:.4f}", RAY_memory_monitor_refresh_ms="100")
     proc = subprocess.Popen(
         command_line(tiny_model_dir, arithmetic_files, root, ranks=1),
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
     fill = []
     try:
@@ -160,9 +178,13 @@ def test_worker_killed_by_rays_memory_monitor_ends_the_run_out_of_memory(tiny_mo
     finally:
         fill.clear()
         kill_session(proc)
-    print(f"threshold {threshold:.4f} of {total / 2**30:.1f} GiB; the rank died {killed_after:.1f} s after the filling "
-          f"started, {filled:.2f} GiB filled; the run ended {took:.1f} s after the filling started; stdout's last lines:\n" + "\n".join(out.splitlines()[-5:])
-          + "\nstderr's last lines:\n" + "\n".join(err.splitlines()[-3:]))
+    print(
+        f"threshold {threshold:.4f} of {total / 2**30:.1f} GiB; the rank died {killed_after:.1f} s after the filling "
+        f"started, {filled:.2f} GiB filled; the run ended {took:.1f} s after the filling started; stdout's last lines:\n"
+        + "\n".join(out.splitlines()[-5:])
+        + "\nstderr's last lines:\n"
+        + "\n".join(err.splitlines()[-3:])
+    )
     assert proc.returncode == 1, err[-3000:]
     assert took < 60
     messages = [line for line in err.splitlines() if line.startswith("hybrid:")]

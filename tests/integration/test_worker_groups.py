@@ -9,10 +9,8 @@ from __future__ import annotations
 import time
 
 import pytest
-import torch
 
 from protocol.data_proto import DataProto
-
 from tests.integration.engine_helpers import actor_group, engine_config, logp_update_logp, synthetic_rollout
 
 pytestmark = pytest.mark.integration
@@ -52,7 +50,9 @@ def _assert_ray_group_matches(group, batch, local_result) -> None:
     mask = batch.batch["response_mask"].bool()
     assert (before - ref_before)[mask].abs().max() <= TOL
     assert abs(metrics["actor/pg_loss"] - ref_metrics["actor/pg_loss"]) <= TOL
-    assert abs(metrics["actor/grad_norm"] - ref_metrics["actor/grad_norm"]) <= 1e-4 * max(1.0, ref_metrics["actor/grad_norm"])
+    assert abs(metrics["actor/grad_norm"] - ref_metrics["actor/grad_norm"]) <= 1e-4 * max(
+        1.0, ref_metrics["actor/grad_norm"]
+    )
     assert (after - ref_after)[mask].abs().max() <= TOL
     assert (after - before)[mask].abs().max() > 100 * TOL, "the update did not move the log-probs"
 
@@ -165,8 +165,11 @@ def test_sequence_parallel_matches_one_rank(ray_cluster, tiny_model_dir, batch, 
     """Ulysses SP = 2 on 2 ranks (one data-parallel group; the tiny model's 2 query heads and
     1 key/value head take the repeated-key path) equals one rank without SP."""
     cfg = engine_config(
-        tiny_model_dir, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
-        "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2", "trainer.n_gpus_per_node=2", *overrides,
+        tiny_model_dir,
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+        "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",
+        "trainer.n_gpus_per_node=2",
+        *overrides,
     )
     group = actor_group(cfg, 2)
     _assert_ray_group_matches(group, batch, local_result)

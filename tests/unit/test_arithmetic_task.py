@@ -55,7 +55,9 @@ def test_ground_truths_are_the_answers_and_score_1():
 
 
 def test_mix_weights_and_negative_subtraction():
-    rows = make_arithmetic_rows(200, seed=0, split="train", digits=(1, 2), digit_weights=(0, 1), ops=("-",), allow_negative=True)
+    rows = make_arithmetic_rows(
+        200, seed=0, split="train", digits=(1, 2), digit_weights=(0, 1), ops=("-",), allow_negative=True
+    )
     assert {r["extra_info"]["digits"] for r in rows} == {2}
     assert any(int(r["reward_model"]["ground_truth"]) < 0 for r in rows)
     with pytest.raises(ValueError, match="unknown ops"):
@@ -127,7 +129,11 @@ def test_default_dataset_and_cli_function(tmp_path):
     assert {r["extra_info"]["op"] for r in rows} == {"+"} and {r["extra_info"]["digits"] for r in rows} == {1, 2}
 
     script = runpy.run_path(str(EXAMPLES / "arithmetic.py"))
-    args = script["parse_args"](["--local_dir", str(tmp_path / "cli"), "--digits", "2", "--ops", "*", "--n_train", "30", "--n_val", "10"])
-    out = script["write_dataset"](args.local_dir, n_train=args.n_train, n_val=args.n_val, digits=args.digits, ops=args.ops)
+    args = script["parse_args"](
+        ["--local_dir", str(tmp_path / "cli"), "--digits", "2", "--ops", "*", "--n_train", "30", "--n_val", "10"]
+    )
+    out = script["write_dataset"](
+        args.local_dir, n_train=args.n_train, n_val=args.n_val, digits=args.digits, ops=args.ops
+    )
     cli_rows = pq.read_table(out["train"]).to_pylist()
     assert len(cli_rows) == 30 and all(r["extra_info"]["op"] == "*" for r in cli_rows)

@@ -21,8 +21,13 @@ from scripts.bench_update import (
 )
 
 SMOLLM2_135M = {
-    "hidden_size": 576, "intermediate_size": 1536, "num_attention_heads": 9, "num_key_value_heads": 3,
-    "head_dim": 64, "num_hidden_layers": 30, "vocab_size": 49152,
+    "hidden_size": 576,
+    "intermediate_size": 1536,
+    "num_attention_heads": 9,
+    "num_key_value_heads": 3,
+    "head_dim": 64,
+    "num_hidden_layers": 30,
+    "vocab_size": 49152,
 }
 
 
@@ -105,8 +110,16 @@ def test_every_accepted_flag_is_passed_explicitly():
 
 def test_table_shows_skipped_variants():
     rows = [
-        {"variant": "baseline", "seconds": 10.0, "ratio": 1.0, "decoder_tokens": 2500, "vocab_tokens": 500,
-         "peak_rss_gb": 3.2, "floor_s": 1.5, "grad_norm": 0.5},
+        {
+            "variant": "baseline",
+            "seconds": 10.0,
+            "ratio": 1.0,
+            "decoder_tokens": 2500,
+            "vocab_tokens": 500,
+            "peak_rss_gb": 3.2,
+            "floor_s": 1.5,
+            "grad_norm": 0.5,
+        },
         {"variant": "chunked_logits", "skipped": "skipped: DataParallelPPOActor takes no chunk_logits"},
     ]
     table = format_table(rows)

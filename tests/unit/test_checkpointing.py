@@ -94,18 +94,28 @@ def _problems(overrides):
 
 
 def test_config_checks_for_checkpoint_and_lora_keys():
-    message = _problems([
-        f"{ARR}.actor.checkpoint.save_contents=[model,weights]",
-        f"{ARR}.model.lora_rank=8",
-        f"{ARR}.model.lora_alpha=0",
-        f"{ARR}.model.target_modules=[]",
-        "trainer.max_actor_ckpt_to_keep=two",
-        "trainer.save_freq=1.5",
-    ])
+    message = _problems(
+        [
+            f"{ARR}.actor.checkpoint.save_contents=[model,weights]",
+            f"{ARR}.model.lora_rank=8",
+            f"{ARR}.model.lora_alpha=0",
+            f"{ARR}.model.target_modules=[]",
+            "trainer.max_actor_ckpt_to_keep=two",
+            "trainer.save_freq=1.5",
+        ]
+    )
     assert "checkpoint.save_contents=['model', 'weights']: 'weights' not supported" in message
     assert "lora_alpha=0 must be a positive number" in message
     assert "target_modules=[] must be a module name pattern or a list of module names" in message
     assert "trainer.max_actor_ckpt_to_keep='two' must be an integer or null" in message
     assert "trainer.save_freq=1.5 must be an integer" in message
-    validate_config(load_config([f"{ARR}.model.lora_rank=8", f"{ARR}.model.target_modules=[q_proj,v_proj]",
-                                 f"{ARR}.model.exclude_modules=[down_proj]", "trainer.max_actor_ckpt_to_keep=2"]))
+    validate_config(
+        load_config(
+            [
+                f"{ARR}.model.lora_rank=8",
+                f"{ARR}.model.target_modules=[q_proj,v_proj]",
+                f"{ARR}.model.exclude_modules=[down_proj]",
+                "trainer.max_actor_ckpt_to_keep=2",
+            ]
+        )
+    )

@@ -176,7 +176,11 @@ def test_train_batch_not_divisible_by_world_size():
 
 
 def test_mini_batch_not_divisible_by_world_size():
-    overrides = [f"{ARR}.rollout.n=1", f"{ARR}.actor.ppo_mini_batch_size=2", f"{ARR}.actor.ppo_micro_batch_size_per_gpu=1"]
+    overrides = [
+        f"{ARR}.rollout.n=1",
+        f"{ARR}.actor.ppo_mini_batch_size=2",
+        f"{ARR}.actor.ppo_micro_batch_size_per_gpu=1",
+    ]
     assert_valid(overrides, world_size=2)
     message = validation_error(overrides, world_size=4)
     assert f"{ARR}.actor.ppo_mini_batch_size=2" in message

@@ -23,7 +23,9 @@ def t(x):
 
 
 def close(actual, expected, atol=1e-6):
-    torch.testing.assert_close(torch.as_tensor(actual, dtype=F64), torch.as_tensor(expected, dtype=F64), atol=atol, rtol=0)
+    torch.testing.assert_close(
+        torch.as_tensor(actual, dtype=F64), torch.as_tensor(expected, dtype=F64), atol=atol, rtol=0
+    )
 
 
 def whiten_py(xs):
@@ -72,7 +74,14 @@ def test_grpo_groups_of_three_two_one_by_hand():
     # a: scores (1, 0, 0.5): mean 0.5, unbiased std sqrt((0.25 + 0.25 + 0) / 2) = 0.5
     # b: scores (2, 0): mean 1, std sqrt((1 + 1) / 1) = sqrt2
     # c: single response: mean 0, std 1 (as verl)
-    expected = [0.5 / (0.5 + eps), 1 / (math.sqrt(2) + eps), -0.5 / (0.5 + eps), 3 / (1 + eps), -1 / (math.sqrt(2) + eps), 0.0]
+    expected = [
+        0.5 / (0.5 + eps),
+        1 / (math.sqrt(2) + eps),
+        -0.5 / (0.5 + eps),
+        3 / (1 + eps),
+        -1 / (math.sqrt(2) + eps),
+        0.0,
+    ]
     close(per_row(adv), expected)
     assert torch.equal(adv, ret)
     dr_adv, _ = C.compute_grpo_outcome_advantage(rewards, mask, INDEX, norm_adv_by_std_in_grpo=False)
@@ -143,7 +152,10 @@ def gae_py(rewards, values, mask, gamma, lam):
         rets.append([(a + vv) if mm else 0.0 for a, vv, mm in zip(row, v, m)])
     flat = [a for row, m in zip(raw, mask.tolist()) for a, mm in zip(row, m) if mm]
     mean, var = statistics.mean(flat), statistics.variance(flat)
-    adv = [[(a - mean) / math.sqrt(var + 1e-8) if mm else 0.0 for a, mm in zip(row, m)] for row, m in zip(raw, mask.tolist())]
+    adv = [
+        [(a - mean) / math.sqrt(var + 1e-8) if mm else 0.0 for a, mm in zip(row, m)]
+        for row, m in zip(raw, mask.tolist())
+    ]
     return adv, rets
 
 
@@ -166,7 +178,9 @@ def test_gae_matches_python_loop_with_padding_and_holes():
     close(adv, exp_adv)
     close(ret, exp_ret)
     # gamma/lam from the algorithm config when not passed; an error naming the key when absent
-    adv2, _ = C.compute_gae_advantage_return(rewards, values, mask, config=OmegaConf.create({"gamma": 0.95, "lam": 0.9}))
+    adv2, _ = C.compute_gae_advantage_return(
+        rewards, values, mask, config=OmegaConf.create({"gamma": 0.95, "lam": 0.9})
+    )
     close(adv2, exp_adv)
     with pytest.raises(ValueError, match="gae needs lam"):
         C.compute_gae_advantage_return(rewards, values, mask, gamma=1.0)
@@ -200,9 +214,16 @@ def test_remax_by_hand():
 def test_every_registered_estimator_takes_the_uniform_keyword_call():
     rewards, mask = outcome_batch()
     kwargs = dict(
-        token_level_rewards=rewards, response_mask=mask, index=INDEX, values=torch.randn(6, T_LEN, dtype=F64),
-        reward_baselines=t([0.1] * 6), gamma=1.0, lam=0.95, norm_adv_by_std_in_grpo=True,
-        config=OmegaConf.create({"gamma": 1.0, "lam": 0.95}), unused_future_key=123,
+        token_level_rewards=rewards,
+        response_mask=mask,
+        index=INDEX,
+        values=torch.randn(6, T_LEN, dtype=F64),
+        reward_baselines=t([0.1] * 6),
+        gamma=1.0,
+        lam=0.95,
+        norm_adv_by_std_in_grpo=True,
+        config=OmegaConf.create({"gamma": 1.0, "lam": 0.95}),
+        unused_future_key=123,
     )
     for name in C.AdvantageEstimator:
         adv, ret = C.get_adv_estimator_fn(name)(**kwargs)
@@ -213,7 +234,14 @@ def test_every_registered_estimator_takes_the_uniform_keyword_call():
 
 def test_advantage_registry_names_and_errors():
     assert {e.value for e in C.AdvantageEstimator} == {
-        "gae", "grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "opo", "gpg"
+        "gae",
+        "grpo",
+        "rloo",
+        "reinforce_plus_plus",
+        "reinforce_plus_plus_baseline",
+        "remax",
+        "opo",
+        "gpg",
     }
     assert C.get_adv_estimator_fn(C.AdvantageEstimator.GRPO) is C.compute_grpo_outcome_advantage
     assert C.get_adv_estimator_fn("gae") is C.compute_gae_advantage_return
@@ -263,7 +291,9 @@ def test_adaptive_controller_update_formula():
 
 
 def test_get_kl_controller_from_config():
-    fixed = C.get_kl_controller(OmegaConf.create({"type": "fixed", "kl_coef": 0.001, "horizon": 10000, "target_kl": 0.1}))
+    fixed = C.get_kl_controller(
+        OmegaConf.create({"type": "fixed", "kl_coef": 0.001, "horizon": 10000, "target_kl": 0.1})
+    )
     assert isinstance(fixed, C.FixedKLController) and fixed.value == 0.001
     adaptive = C.get_kl_controller({"type": "adaptive", "kl_coef": 0.2, "horizon": 500, "target_kl": 0.1})
     assert isinstance(adaptive, C.AdaptiveKLController)

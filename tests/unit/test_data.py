@@ -4,7 +4,6 @@ truncation, padding, filtering, custom dataset classes, and sampler state round 
 from __future__ import annotations
 
 import dataclasses
-
 import json
 from pathlib import Path
 
@@ -96,7 +95,10 @@ def test_empty_files_are_named(tmp_path, tokenizer):
 
 def test_missing_prompt_key_names_key_file_and_columns(tmp_path, tokenizer):
     path = _parquet(tmp_path / "train.parquet", _rows(3))
-    with pytest.raises(ValueError, match=r"train.parquet row 0: no column 'question' \(data.prompt_key\); columns present: \['ability', 'data_source', 'extra_info', 'prompt', 'reward_model'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"train.parquet row 0: no column 'question' \(data.prompt_key\); columns present: \['ability', 'data_source', 'extra_info', 'prompt', 'reward_model'\]",
+    ):
         RLHFDataset(path, tokenizer, data_config(**{"prompt_key": "question"}))
 
 
@@ -114,7 +116,10 @@ def test_overlong_prompt_with_truncation_error_names_row_and_keys(tmp_path, toke
     rows = _rows(5)
     rows[3]["prompt"] = _chat("very long " * 100)
     path = _parquet(tmp_path / "long.parquet", rows)
-    with pytest.raises(ValueError, match=r"long.parquet row 3: prompt is \d+ tokens, longer than data.max_prompt_length=64 .*data.filter_overlong_prompts=true.*data.truncation"):
+    with pytest.raises(
+        ValueError,
+        match=r"long.parquet row 3: prompt is \d+ tokens, longer than data.max_prompt_length=64 .*data.filter_overlong_prompts=true.*data.truncation",
+    ):
         RLHFDataset(path, tokenizer, CONFIG)
 
 
@@ -178,7 +183,11 @@ def test_left_padding_positions_and_item_fields(tmp_path, tokenizer):
 def test_chat_template_kwargs_and_plain_string_prompts(tmp_path, tokenizer):
     path = _jsonl(tmp_path / "mixed.jsonl", [{"prompt": _chat("hello")}, {"prompt": "Q: 2+2=? A:"}])
     template = "{% for m in messages %}<<{{ m['content'] }}>>{% endfor %}"
-    ds = RLHFDataset(path, tokenizer, data_config(**{"return_full_prompt": True, "apply_chat_template_kwargs": {"chat_template": template}}))
+    ds = RLHFDataset(
+        path,
+        tokenizer,
+        data_config(**{"return_full_prompt": True, "apply_chat_template_kwargs": {"chat_template": template}}),
+    )
     assert ds[0]["full_prompts"] == "<<hello>>"
     assert ds[1]["full_prompts"] == "Q: 2+2=? A:"  # used as is, no template, no added tokens
     assert ds[1]["raw_prompt_ids"] == tokenizer("Q: 2+2=? A:", add_special_tokens=False)["input_ids"]
@@ -193,7 +202,9 @@ def test_many_files_mixed_formats_and_filtering(tmp_path, tokenizer):
     assert len(ds) == 6
     assert all(int(ds[i]["attention_mask"].sum()) <= 64 for i in range(len(ds)))
     with pytest.raises(ValueError, match="all 3 prompts .* are longer"):
-        RLHFDataset(_jsonl(tmp_path / "c.jsonl", long_rows), tokenizer, data_config(**{"filter_overlong_prompts": True}))
+        RLHFDataset(
+            _jsonl(tmp_path / "c.jsonl", long_rows), tokenizer, data_config(**{"filter_overlong_prompts": True})
+        )
 
 
 def test_filter_with_worker_processes_matches_in_process(tmp_path, tokenizer):
@@ -244,13 +255,22 @@ def test_custom_dataset_class_and_its_errors(tmp_path, tokenizer):
     )
     ds = create_rl_dataset(path, data_config(**{"custom_cls": {"path": str(module), "name": "Doubled"}}), tokenizer)
     assert type(ds).__name__ == "Doubled" and len(ds) == 6
-    assert isinstance(create_rl_dataset(path, data_config(**{"custom_cls": {"path": None, "name": None}}), tokenizer), RLHFDataset)
-    with pytest.raises(AttributeError, match=r"class 'Missing' not found in .*my_dataset.py; classes there: \['Doubled', 'NotADataset'\]"):
+    assert isinstance(
+        create_rl_dataset(path, data_config(**{"custom_cls": {"path": None, "name": None}}), tokenizer), RLHFDataset
+    )
+    with pytest.raises(
+        AttributeError,
+        match=r"class 'Missing' not found in .*my_dataset.py; classes there: \['Doubled', 'NotADataset'\]",
+    ):
         create_rl_dataset(path, data_config(**{"custom_cls": {"path": str(module), "name": "Missing"}}), tokenizer)
-    with pytest.raises(TypeError, match="NotADataset in .*my_dataset.py must be a subclass of torch.utils.data.Dataset"):
+    with pytest.raises(
+        TypeError, match="NotADataset in .*my_dataset.py must be a subclass of torch.utils.data.Dataset"
+    ):
         create_rl_dataset(path, data_config(**{"custom_cls": {"path": str(module), "name": "NotADataset"}}), tokenizer)
     with pytest.raises(FileNotFoundError, match="data.custom_cls.path: dataset file .*nowhere.py"):
-        create_rl_dataset(path, data_config(**{"custom_cls": {"path": str(tmp_path / "nowhere.py"), "name": "X"}}), tokenizer)
+        create_rl_dataset(
+            path, data_config(**{"custom_cls": {"path": str(tmp_path / "nowhere.py"), "name": "X"}}), tokenizer
+        )
 
 
 # ---- sampler and loader state -------------------------------------------------------------

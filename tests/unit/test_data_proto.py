@@ -73,8 +73,11 @@ def test_from_dict_errors_name_the_key():
 
 def test_from_single_dict_splits_tensors_and_non_tensors():
     data = DataProto.from_single_dict(
-        {"input_ids": torch.ones(2, 5, dtype=torch.long), "raw_prompt": ["a", "b"],
-         "reward_model": np.array([{"ground_truth": "4"}, {"ground_truth": "5"}], dtype=object)},
+        {
+            "input_ids": torch.ones(2, 5, dtype=torch.long),
+            "raw_prompt": ["a", "b"],
+            "reward_model": np.array([{"ground_truth": "4"}, {"ground_truth": "5"}], dtype=object),
+        },
         meta_info={"step": 3},
     )
     assert list(data.batch.keys()) == ["input_ids"]
@@ -100,11 +103,20 @@ def test_every_operation_checks_consistency_after_direct_edits():
     data = make(4)
     data.non_tensor_batch["uid"] = obj("a", "b", "c")
     message = r"non_tensor_batch\['uid'\] has 3 rows but batch has 4"
-    for operation in (lambda: data.select(), lambda: data.slice(0, 2), lambda: data.chunk(2),
-                      lambda: data.repeat(2), lambda: data.select_idxs([0]), lambda: data.split(2),
-                      lambda: DataProto.concat([data]), lambda: data.union(make(4)), lambda: data[0],
-                      lambda: data.make_iterator(2, 1), lambda: data.reorder([0, 1, 2, 3]),
-                      lambda: data.pop(batch_keys=["x"])):
+    for operation in (
+        lambda: data.select(),
+        lambda: data.slice(0, 2),
+        lambda: data.chunk(2),
+        lambda: data.repeat(2),
+        lambda: data.select_idxs([0]),
+        lambda: data.split(2),
+        lambda: DataProto.concat([data]),
+        lambda: data.union(make(4)),
+        lambda: data[0],
+        lambda: data.make_iterator(2, 1),
+        lambda: data.reorder([0, 1, 2, 3]),
+        lambda: data.pop(batch_keys=["x"]),
+    ):
         with pytest.raises(ValueError, match=message):
             operation()
 
@@ -123,8 +135,10 @@ def test_meta_only_and_non_tensor_only():
 
 def test_repr_is_compact():
     text = repr(make(2))
-    assert text == ("DataProto(len=2, batch={x: int64[2, 2], y: int64[2]}, "
-                    "non_tensor_batch={uid: object[2]}, meta_info_keys=['temperature'])")
+    assert text == (
+        "DataProto(len=2, batch={x: int64[2, 2], y: int64[2]}, "
+        "non_tensor_batch={uid: object[2]}, meta_info_keys=['temperature'])"
+    )
 
 
 # ---- selecting keys ------------------------------------------------------------------------
@@ -184,8 +198,11 @@ def test_rename():
 
 def test_union_merges_in_place():
     data = make(3)
-    other = DataProto.from_dict(tensors={"z": torch.tensor([1.0, 2.0, 3.0]), "y": torch.tensor([0, 10, 20])},
-                                non_tensors={"label": ["a", "b", "c"]}, meta_info={"temperature": 1.0, "n": 1})
+    other = DataProto.from_dict(
+        tensors={"z": torch.tensor([1.0, 2.0, 3.0]), "y": torch.tensor([0, 10, 20])},
+        non_tensors={"label": ["a", "b", "c"]},
+        meta_info={"temperature": 1.0, "n": 1},
+    )
     assert data.union(other) is data
     assert sorted(data.batch.keys()) == ["x", "y", "z"]
     assert data.batch["z"].tolist() == [1.0, 2.0, 3.0]
@@ -299,9 +316,10 @@ def test_concat_errors_name_the_key():
     other.batch["extra"] = torch.zeros(2)
     with pytest.raises(ValueError, match="concat: batch key 'extra' is in item 1 but not in item 0"):
         DataProto.concat([make(2), other])
-    wide = DataProto.from_dict(tensors={"x": torch.zeros(2, 3, dtype=torch.long),
-                                        "y": torch.zeros(2, dtype=torch.long)},
-                               non_tensors={"uid": ["a", "b"]})
+    wide = DataProto.from_dict(
+        tensors={"x": torch.zeros(2, 3, dtype=torch.long), "y": torch.zeros(2, dtype=torch.long)},
+        non_tensors={"uid": ["a", "b"]},
+    )
     with pytest.raises(ValueError, match=r"concat: batch\['x'\] has shape \[2, 3\] in item 1 but \[2, 2\] in item 0"):
         DataProto.concat([make(2), wide])
     labelled = make(2)
@@ -332,9 +350,11 @@ def test_split_last_piece_shorter():
 
 
 def test_repeat_interleave_vs_tile():
-    data = DataProto.from_dict(tensors={"x": torch.tensor([[1, 2], [3, 4]])},
-                               non_tensors={"uid": ["a", "b"], "rm": [{"ground_truth": "4"}, {"ground_truth": "5"}]},
-                               meta_info={"n": 3})
+    data = DataProto.from_dict(
+        tensors={"x": torch.tensor([[1, 2], [3, 4]])},
+        non_tensors={"uid": ["a", "b"], "rm": [{"ground_truth": "4"}, {"ground_truth": "5"}]},
+        meta_info={"n": 3},
+    )
     inter = data.repeat(repeat_times=3, interleave=True)
     assert inter.batch["x"].tolist() == [[1, 2], [1, 2], [1, 2], [3, 4], [3, 4], [3, 4]]
     assert uids(inter) == ["a", "a", "a", "b", "b", "b"]
@@ -431,8 +451,12 @@ def test_to_device_returns_self():
 def test_save_load_round_trip(tmp_path):
     data = DataProto.from_dict(
         tensors={"input_ids": torch.tensor([[1, 2], [3, 4]]), "score": torch.tensor([0.5, float("nan")])},
-        non_tensors={"reward_model": [{"ground_truth": "4"}, {"ground_truth": "5", "style": "rule"}],
-                     "raw_prompt_ids": [[1, 2, 3], [4]], "index": np.array([7, 8]), "note": [None, True]},
+        non_tensors={
+            "reward_model": [{"ground_truth": "4"}, {"ground_truth": "5", "style": "rule"}],
+            "raw_prompt_ids": [[1, 2, 3], [4]],
+            "index": np.array([7, 8]),
+            "note": [None, True],
+        },
         meta_info={"global_steps": 3, "metrics": {"loss": np.float32(0.25)}},
     )
     path = tmp_path / "batch.pt"
@@ -441,8 +465,10 @@ def test_save_load_round_trip(tmp_path):
     loaded = DataProto.load_from_disk(path)
     assert loaded.batch["input_ids"].tolist() == [[1, 2], [3, 4]]
     assert torch.allclose(loaded.batch["score"], data.batch["score"], equal_nan=True)
-    assert loaded.non_tensor_batch["reward_model"].tolist() == [{"ground_truth": "4"},
-                                                                {"ground_truth": "5", "style": "rule"}]
+    assert loaded.non_tensor_batch["reward_model"].tolist() == [
+        {"ground_truth": "4"},
+        {"ground_truth": "5", "style": "rule"},
+    ]
     assert loaded.non_tensor_batch["raw_prompt_ids"].shape == (2,)
     assert loaded.non_tensor_batch["raw_prompt_ids"][0] == [1, 2, 3]
     assert loaded.non_tensor_batch["index"].tolist() == [7, 8]
@@ -477,8 +503,9 @@ def test_load_rejects_foreign_files(tmp_path):
 
 
 def test_nested_tensordict_batch_survives_save_and_repeat(tmp_path):
-    batch = TensorDict({"a": torch.arange(2), "inner": TensorDict({"b": torch.ones(2, 3)}, batch_size=[2])},
-                       batch_size=[2])
+    batch = TensorDict(
+        {"a": torch.arange(2), "inner": TensorDict({"b": torch.ones(2, 3)}, batch_size=[2])}, batch_size=[2]
+    )
     data = DataProto(batch=batch)
     assert data.repeat(2).batch["inner", "b"].shape == (4, 3)
     data.save_to_disk(tmp_path / "nested.pt")

@@ -188,8 +188,27 @@ def test_command_line_mistakes(argv, message):
 
 @pytest.mark.parametrize(
     "value",
-    [None, True, False, 0, -1, 1e-06, 0.2, float("inf"), "vllm", "3", "null", "a b,c", "it's", "C:\\dir\\", "${x}",
-     "/root/data/train.parquet", [1, 2], ["a", "b c"], {"x": 1, "y.z": [1, "q"]}],
+    [
+        None,
+        True,
+        False,
+        0,
+        -1,
+        1e-06,
+        0.2,
+        float("inf"),
+        "vllm",
+        "3",
+        "null",
+        "a b,c",
+        "it's",
+        "C:\\dir\\",
+        "${x}",
+        "/root/data/train.parquet",
+        [1, 2],
+        ["a", "b c"],
+        {"x": 1, "y.z": [1, "q"]},
+    ],
 )
 def test_hydra_value_round_trips(value):
     parsed = OverridesParser.create().parse_override(f"k={hydra_value(value)}").value()
@@ -203,16 +222,35 @@ def test_hydra_value_round_trips(value):
 
 
 def run_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HYBRID_CACHE_DIR": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "HYBRID_CACHE_DIR": str(tmp_path / "cache"),
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
     (tmp_path / "run").mkdir(exist_ok=True)
-    return subprocess.run([sys.executable, "-m", "hybrid.main_ppo", *args], cwd=tmp_path / "run", env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "hybrid.main_ppo", *args],
+        cwd=tmp_path / "run",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_cfg_job_prints_the_skyrl_line_in_verl_keys(tmp_path):
-    done = run_cli(tmp_path, "--dialect", "skyrl", "trainer.train_batch_size=16", "generator.n_samples_per_prompt=2",
-                   "trainer.algorithm.advantage_estimator=rloo", "--cfg", "job", "trainer.policy_mini_batch_size=4")
+    done = run_cli(
+        tmp_path,
+        "--dialect",
+        "skyrl",
+        "trainer.train_batch_size=16",
+        "generator.n_samples_per_prompt=2",
+        "trainer.algorithm.advantage_estimator=rloo",
+        "--cfg",
+        "job",
+        "trainer.policy_mini_batch_size=4",
+    )
     assert done.returncode == 0, done.stderr
     assert "train_batch_size: 16" in done.stdout
     assert "ppo_mini_batch_size: 4" in done.stdout
@@ -232,8 +270,9 @@ def test_cfg_job_prints_the_roll_file_in_verl_keys(tmp_path):
 
 
 def test_refusal_exits_2_with_every_problem_and_no_traceback(tmp_path):
-    done = run_cli(tmp_path, "--dialect", "skyrl", "trainer.placement.colocate_all=false",
-                   "generator.step_wise_trajectories=true")
+    done = run_cli(
+        tmp_path, "--dialect", "skyrl", "trainer.placement.colocate_all=false", "generator.step_wise_trajectories=true"
+    )
     assert done.returncode == 2
     assert "trainer.placement.colocate_all=false: hybrid always colocates" in done.stderr
     assert "generator.step_wise_trajectories=true: step-wise training" in done.stderr
@@ -243,4 +282,6 @@ def test_refusal_exits_2_with_every_problem_and_no_traceback(tmp_path):
 def test_committed_doc_is_generated_from_the_tables():
     from scripts.gen_config_dialects_doc import DOC, render
 
-    assert DOC.read_text() == render(), "docs/config_dialects.md is stale: run python -m scripts.gen_config_dialects_doc"
+    assert DOC.read_text() == render(), (
+        "docs/config_dialects.md is stale: run python -m scripts.gen_config_dialects_doc"
+    )

@@ -32,44 +32,88 @@ def multi_turn_keys(out: dict) -> dict:
 @pytest.mark.parametrize(
     "overrides, expected",
     [
-        (["generator.max_turns=3"],
-         {f"{MT}.enable": True, f"{MT}.max_assistant_turns": 3, f"{MT}.reward_placement": "turn"}),
+        (
+            ["generator.max_turns=3"],
+            {f"{MT}.enable": True, f"{MT}.max_assistant_turns": 3, f"{MT}.reward_placement": "turn"},
+        ),
         # The per-turn budget, and the trajectory's: max_input_length + max_generate_length - max_prompt_length.
-        (["generator.max_turns=3", "generator.sampling_params.max_generate_length=32",
-          "generator.max_input_length=256", "trainer.max_prompt_length=64"],
-         {f"{MT}.max_tokens_per_turn": 32, "data.max_response_length": 224, "data.max_prompt_length": 64}),
+        (
+            [
+                "generator.max_turns=3",
+                "generator.sampling_params.max_generate_length=32",
+                "generator.max_input_length=256",
+                "trainer.max_prompt_length=64",
+            ],
+            {f"{MT}.max_tokens_per_turn": 32, "data.max_response_length": 224, "data.max_prompt_length": 64},
+        ),
         # max_input_length defaults to the prompt length: the trajectory has one turn's budget.
-        (["generator.max_turns=3", "generator.sampling_params.max_generate_length=32", "trainer.max_prompt_length=64"],
-         {f"{MT}.max_tokens_per_turn": 32, "data.max_response_length": 32}),
-        (["generator.max_turns=2", "generator.max_input_length=100", "trainer.max_prompt_length=64",
-          "generator.sampling_params.max_generate_length=20"],
-         {"data.max_response_length": 56}),
-        (["generator.max_turns=2", "generator.use_conversation_multi_turn=false"],
-         {f"{MT}.use_conversation_multi_turn": False}),
-        (["generator.max_turns=2", "environment.env_class=arithmetic_retry"],
-         {f"{MT}.env_class": "arithmetic_retry", f"{MT}.max_assistant_turns": 2}),
+        (
+            [
+                "generator.max_turns=3",
+                "generator.sampling_params.max_generate_length=32",
+                "trainer.max_prompt_length=64",
+            ],
+            {f"{MT}.max_tokens_per_turn": 32, "data.max_response_length": 32},
+        ),
+        (
+            [
+                "generator.max_turns=2",
+                "generator.max_input_length=100",
+                "trainer.max_prompt_length=64",
+                "generator.sampling_params.max_generate_length=20",
+            ],
+            {"data.max_response_length": 56},
+        ),
+        (
+            ["generator.max_turns=2", "generator.use_conversation_multi_turn=false"],
+            {f"{MT}.use_conversation_multi_turn": False},
+        ),
+        (
+            ["generator.max_turns=2", "environment.env_class=arithmetic_retry"],
+            {f"{MT}.env_class": "arithmetic_retry", f"{MT}.max_assistant_turns": 2},
+        ),
         # An environment that is not a single-turn scorer runs as SkyRL runs it: one-turn episodes.
-        (["environment.env_class=arithmetic_retry"],
-         {f"{MT}.enable": True, f"{MT}.max_assistant_turns": 1, f"{MT}.env_class": "arithmetic_retry"}),
-        (["generator.max_turns=4", "environment.env_class=envs/my_env.py:MyEnv"],
-         {f"{MT}.env_class": "envs/my_env.py:MyEnv"}),
+        (
+            ["environment.env_class=arithmetic_retry"],
+            {f"{MT}.enable": True, f"{MT}.max_assistant_turns": 1, f"{MT}.env_class": "arithmetic_retry"},
+        ),
+        (
+            ["generator.max_turns=4", "environment.env_class=envs/my_env.py:MyEnv"],
+            {f"{MT}.env_class": "envs/my_env.py:MyEnv"},
+        ),
         (["generator.max_turns=2", "environment.skyrl_gym.max_env_workers=16"], {f"{MT}.env_workers": 16}),
         (["environment.skyrl_gym.max_env_workers=0"], {f"{MT}.env_workers": 1}),
-        (["generator.max_turns=2", "environment.skyrl_gym.arithmetic_retry.max_attempts=5"],
-         {f"{MT}.env_kwargs.arithmetic_retry.max_attempts": 5}),
+        (
+            ["generator.max_turns=2", "environment.skyrl_gym.arithmetic_retry.max_attempts=5"],
+            {f"{MT}.env_kwargs.arithmetic_retry.max_attempts": 5},
+        ),
         # SkyRL's defaults for the sections skyrl-gym's classes read, around the keys given.
-        (["environment.skyrl_gym.search.topk=5"],
-         {f"{MT}.env_kwargs.search.topk": 5, f"{MT}.env_kwargs.search.search_url": "http://127.0.0.1:8000/retrieve",
-          f"{MT}.env_kwargs.search.timeout": 30, f"{MT}.env_kwargs.search.log_requests": False}),
+        (
+            ["environment.skyrl_gym.search.topk=5"],
+            {
+                f"{MT}.env_kwargs.search.topk": 5,
+                f"{MT}.env_kwargs.search.search_url": "http://127.0.0.1:8000/retrieve",
+                f"{MT}.env_kwargs.search.timeout": 30,
+                f"{MT}.env_kwargs.search.log_requests": False,
+            },
+        ),
         (["environment.skyrl_gym.text2sql={db_path:/data/sql}"], {f"{MT}.env_kwargs.text2sql.db_path": "/data/sql"}),
-        (["generator.max_turns=2", "generator.batched=false",
-          "generator.append_eos_token_after_stop_str_in_multi_turn=true",
-          "generator.step_wise_trajectories=false", "generator.sampling_params.max_generate_length=16",
-          "generator.eval_sampling_params.max_generate_length=16"],
-         {f"{MT}.max_tokens_per_turn": 16}),
+        (
+            [
+                "generator.max_turns=2",
+                "generator.batched=false",
+                "generator.append_eos_token_after_stop_str_in_multi_turn=true",
+                "generator.step_wise_trajectories=false",
+                "generator.sampling_params.max_generate_length=16",
+                "generator.eval_sampling_params.max_generate_length=16",
+            ],
+            {f"{MT}.max_tokens_per_turn": 16},
+        ),
         # SkyRL reads append_eos=false only in conversation mode with stop strings.
-        (["generator.max_turns=2", "generator.append_eos_token_after_stop_str_in_multi_turn=false"],
-         {f"{MT}.enable": True}),
+        (
+            ["generator.max_turns=2", "generator.append_eos_token_after_stop_str_in_multi_turn=false"],
+            {f"{MT}.enable": True},
+        ),
     ],
 )
 def test_skyrl_multi_turn_mapping(overrides, expected):
@@ -99,8 +143,13 @@ def test_skyrl_text2sql_gets_skyrl_default_db_path_unless_given():
     "overrides",
     [
         ["generator.max_turns=1"],
-        ["generator.max_turns=1", "environment.env_class=gsm8k", "generator.use_conversation_multi_turn=false",
-         "generator.append_eos_token_after_stop_str_in_multi_turn=false", "generator.batched=true"],
+        [
+            "generator.max_turns=1",
+            "environment.env_class=gsm8k",
+            "generator.use_conversation_multi_turn=false",
+            "generator.append_eos_token_after_stop_str_in_multi_turn=false",
+            "generator.batched=true",
+        ],
         ["environment.env_class=aime", "generator.batched=false"],
     ],
 )
@@ -110,8 +159,11 @@ def test_skyrl_single_turn_stays_single_turn(overrides):
 
 
 def test_skyrl_single_turn_budgets_are_unchanged():
-    out = skyrl("generator.max_input_length=100", "generator.sampling_params.max_generate_length=40",
-                "generator.eval_sampling_params.max_generate_length=40")
+    out = skyrl(
+        "generator.max_input_length=100",
+        "generator.sampling_params.max_generate_length=40",
+        "generator.eval_sampling_params.max_generate_length=40",
+    )
     assert out["data.max_prompt_length"] == 100 and out["data.max_response_length"] == 40
     assert f"{MT}.max_tokens_per_turn" not in out
 
@@ -123,13 +175,27 @@ def test_skyrl_single_turn_budgets_are_unchanged():
     "overrides, reason",
     [
         (["generator.max_turns=3", "generator.batched=true"], "batched generation runs a single turn"),
-        (["generator.max_turns=2", "generator.append_eos_token_after_stop_str_in_multi_turn=false",
-          "generator.sampling_params.stop=['</answer>']"], "always closes a model turn that did not end with EOS"),
+        (
+            [
+                "generator.max_turns=2",
+                "generator.append_eos_token_after_stop_str_in_multi_turn=false",
+                "generator.sampling_params.stop=['</answer>']",
+            ],
+            "always closes a model turn that did not end with EOS",
+        ),
         (["generator.step_wise_trajectories=true"], "step-wise training (each turn its own sample) has no equivalent"),
-        (["generator.max_turns=2", "generator.max_input_length=32", "trainer.max_prompt_length=64"],
-         "max_input_length 32 is shorter than trainer.max_prompt_length 64"),
-        (["generator.max_turns=2", "generator.sampling_params.max_generate_length=32",
-          "generator.eval_sampling_params.max_generate_length=64"], "training per-turn budget"),
+        (
+            ["generator.max_turns=2", "generator.max_input_length=32", "trainer.max_prompt_length=64"],
+            "max_input_length 32 is shorter than trainer.max_prompt_length 64",
+        ),
+        (
+            [
+                "generator.max_turns=2",
+                "generator.sampling_params.max_generate_length=32",
+                "generator.eval_sampling_params.max_generate_length=64",
+            ],
+            "training per-turn budget",
+        ),
         (["generator.max_turns=0"], "a whole number >= 1"),
         (["generator.max_turns=two"], "a whole number >= 1"),
         (["environment.skyrl_gym.max_env_workers=-1"], "a whole number >= 0"),
@@ -152,7 +218,8 @@ def test_skyrl_unknown_environment_lists_the_known_ones_and_the_file_form():
 
 
 SKYRL_MULTI_TURN_LINE = [
-    "--dialect", "skyrl",
+    "--dialect",
+    "skyrl",
     "generator.max_turns=3",
     "environment.env_class=arithmetic_retry",
     "generator.sampling_params.max_generate_length=32",
@@ -183,10 +250,17 @@ def test_skyrl_multi_turn_line_passes_typed_validation():
 def test_skyrl_text2sql_line_validates_and_a_missing_database_fails_clearly(tmp_path):
     from reward.environments import EnvFactory
 
-    cfg = build_config(translate_argv([
-        "--dialect", "skyrl", "generator.max_turns=5", "environment.env_class=text2sql",
-        f"environment.skyrl_gym.text2sql.db_path={tmp_path}",
-    ]))
+    cfg = build_config(
+        translate_argv(
+            [
+                "--dialect",
+                "skyrl",
+                "generator.max_turns=5",
+                "environment.env_class=text2sql",
+                f"environment.skyrl_gym.text2sql.db_path={tmp_path}",
+            ]
+        )
+    )
     factory = EnvFactory(cfg.actor_rollout_ref.rollout.multi_turn)
     row = {"db_id": "shop", "data": "spider", "reward_spec": {"ground_truth": "SELECT 1"}}
     with pytest.raises(FileNotFoundError, match=r"Database file not found at: .*shop\.sqlite"):
@@ -197,8 +271,17 @@ def test_skyrl_text2sql_line_validates_and_a_missing_database_fails_clearly(tmp_
 def test_skyrl_search_environment_is_built_with_skyrl_defaults_and_no_network_call():
     from reward.environments import EnvFactory
 
-    cfg = build_config(translate_argv(["--dialect", "skyrl", "generator.max_turns=2", "environment.env_class=search",
-                                       "environment.skyrl_gym.search.topk=5"]))
+    cfg = build_config(
+        translate_argv(
+            [
+                "--dialect",
+                "skyrl",
+                "generator.max_turns=2",
+                "environment.env_class=search",
+                "environment.skyrl_gym.search.topk=5",
+            ]
+        )
+    )
     env = EnvFactory(cfg.actor_rollout_ref.rollout.multi_turn).make({"reward_spec": {"ground_truth": "x"}})
     assert env.tool_group.search_url == "http://127.0.0.1:8000/retrieve" and env.tool_group.topk == 5
 
@@ -272,15 +355,23 @@ def test_roll_without_tags_reads_every_section(tmp_path):
 @pytest.mark.parametrize(
     "overrides, reason",
     [
-        (["train_env_manager.tags=[SimpleSokoban]"], "ROLL's GEM environment 'sokoban' (gym reset/step) is not in hybrid"),
+        (
+            ["train_env_manager.tags=[SimpleSokoban]"],
+            "ROLL's GEM environment 'sokoban' (gym reset/step) is not in hybrid",
+        ),
         (["train_env_manager.tags=[SimpleSokoban]"], "renders each observation into a prompt"),
-        (["train_env_manager.tags=[SimpleSokoban]"], "both set actor_rollout_ref.rollout.multi_turn.max_assistant_turns"),
+        (
+            ["train_env_manager.tags=[SimpleSokoban]"],
+            "both set actor_rollout_ref.rollout.multi_turn.max_assistant_turns",
+        ),
         (["train_env_manager.tags=[Missing]"], "no custom_envs section for Missing"),
         (["+train_env_manager.num_env_groups=8"], "environment-driven rollout"),
         (["+train_env_manager.group_size=8"], "environment-driven rollout"),
         (["+val_env_manager.format_penalty=-0.1"], "score the format themselves"),
-        (["custom_envs.Retry.env_manager_cls=roll.pipeline.agentic.env_manager.step_env_manager.StepEnvManager"],
-         "one sample per trajectory"),
+        (
+            ["custom_envs.Retry.env_manager_cls=roll.pipeline.agentic.env_manager.step_env_manager.StepEnvManager"],
+            "one sample per trajectory",
+        ),
         (["+custom_envs.Retry.agent_system_template=You play."], "return the chat messages themselves"),
         (["+custom_envs.Retry.frobnicate=1"], "an environment setting hybrid has no key for"),
         (["custom_envs.Retry.max_steps=0"], "a whole number >= 1"),

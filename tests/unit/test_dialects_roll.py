@@ -18,7 +18,6 @@ from hybrid.config.dialects.roll import parse_devices, translate_roll
 from hybrid.config.dialects.table import NO_DUAL_CLIP, Refusal
 from tests.unit.test_dialects import ROLL_EXAMPLE, A, as_dict
 
-
 # ---------------------------------------------------------------- ROLL mappings
 
 ROLL_BASE = """
@@ -52,82 +51,175 @@ def roll_error(tmp_path: Path, text: str, *overrides: str) -> str:
     "yaml_text, expected",
     [
         ("pretrain: /models/q\n", {f"{A}.model.path": "/models/q"}),
-        ("actor_train:\n  model_args:\n    model_name_or_path: /m\n    dtype: bf16\n",
-         {f"{A}.model.path": "/m", f"{A}.actor.fsdp_config.mixed_precision": "bf16"}),
-        ("rollout_batch_size: 16\nnum_return_sequences_in_group: 8\n", {"data.train_batch_size": 16, f"{A}.rollout.n": 8}),
+        (
+            "actor_train:\n  model_args:\n    model_name_or_path: /m\n    dtype: bf16\n",
+            {f"{A}.model.path": "/m", f"{A}.actor.fsdp_config.mixed_precision": "bf16"},
+        ),
+        (
+            "rollout_batch_size: 16\nnum_return_sequences_in_group: 8\n",
+            {"data.train_batch_size": 16, f"{A}.rollout.n": 8},
+        ),
         ("prompt_length: 100\nresponse_length: 30\n", {"data.max_prompt_length": 100, "data.max_response_length": 30}),
         ("prompt_length: 100\nsequence_length: 300\n", {"data.max_response_length": 200}),
-        ("max_steps: 7\nsave_steps: 5\neval_steps: 2\n",
-         {"trainer.total_training_steps": 7, "trainer.save_freq": 5, "trainer.test_freq": 2, "trainer.val_before_train": True,
-          f"{A}.actor.checkpoint.save_contents": ["model", "optimizer", "extra", "hf_model"]}),
+        (
+            "max_steps: 7\nsave_steps: 5\neval_steps: 2\n",
+            {
+                "trainer.total_training_steps": 7,
+                "trainer.save_freq": 5,
+                "trainer.test_freq": 2,
+                "trainer.val_before_train": True,
+                f"{A}.actor.checkpoint.save_contents": ["model", "optimizer", "extra", "hf_model"],
+            },
+        ),
         ("eval_steps: 0\n", {"trainer.test_freq": -1, "trainer.val_before_train": False}),
-        ("logging_steps: 1\nexp_name: e\noutput_dir: /out\nseed: 3\n",
-         {"trainer.experiment_name": "e", "trainer.default_local_dir": "/out", "trainer.seed": 3, "data.seed": 3}),
-        ("track_with: wandb\ntracker_kwargs:\n  project: p\n", {"trainer.logger": ["wandb", "file"], "trainer.project_name": "p"}),
-        ("resume_from_checkpoint: /ck/global_step_3\n",
-         {"trainer.resume_mode": "resume_path", "trainer.resume_from_path": "/ck/global_step_3"}),
+        (
+            "logging_steps: 1\nexp_name: e\noutput_dir: /out\nseed: 3\n",
+            {"trainer.experiment_name": "e", "trainer.default_local_dir": "/out", "trainer.seed": 3, "data.seed": 3},
+        ),
+        (
+            "track_with: wandb\ntracker_kwargs:\n  project: p\n",
+            {"trainer.logger": ["wandb", "file"], "trainer.project_name": "p"},
+        ),
+        (
+            "resume_from_checkpoint: /ck/global_step_3\n",
+            {"trainer.resume_mode": "resume_path", "trainer.resume_from_path": "/ck/global_step_3"},
+        ),
         ("resume_from_checkpoint: false\n", {"trainer.resume_mode": "disable"}),
         ("max_ckpt_to_keep: 0\n", {"trainer.max_actor_ckpt_to_keep": None}),
         ("adv_estimator: grpo\n", {"algorithm.adv_estimator": "grpo", "algorithm.norm_adv_by_std_in_grpo": True}),
-        ("adv_estimator: gae\nwhiten_advantages: true\nreward_pretrain: /critic\nvalue_clip: 0.5\n",
-         {"algorithm.adv_estimator": "gae", "critic.model.path": "/critic", "critic.cliprange_value": 0.5}),
-        ("adv_estimator: reinforce\nnorm_mean_type: group\nnorm_std_type: group\n", {"algorithm.adv_estimator": "grpo"}),
-        ("adv_estimator: reinforce\nnorm_mean_type: group\n",
-         {"algorithm.adv_estimator": "grpo", "algorithm.norm_adv_by_std_in_grpo": False}),
-        ("adv_estimator: reinforce\nnorm_mean_type: batch\nnorm_std_type: batch\nwhiten_advantages: true\n",
-         {"algorithm.adv_estimator": "reinforce_plus_plus"}),
-        ("init_kl_coef: 0.05\nadd_token_level_kl: true\ntarget_kl: 0.1\nkl_horizon: 500\nkl_penalty: k3\n",
-         {"algorithm.kl_ctrl.kl_coef": 0.05, "algorithm.use_kl_in_reward": True, "algorithm.kl_ctrl.type": "adaptive",
-          "algorithm.kl_ctrl.target_kl": 0.1, "algorithm.kl_ctrl.horizon": 500, "algorithm.kl_penalty": "low_var_kl"}),
-        ("use_kl_loss: true\nkl_loss_coef: 0.01\nentropy_loss_coef: 0.001\nppo_epochs: 2\n",
-         {f"{A}.actor.use_kl_loss": True, f"{A}.actor.kl_loss_coef": 0.01, f"{A}.actor.entropy_coeff": 0.001,
-          f"{A}.actor.ppo_epochs": 2}),
+        (
+            "adv_estimator: gae\nwhiten_advantages: true\nreward_pretrain: /critic\nvalue_clip: 0.5\n",
+            {"algorithm.adv_estimator": "gae", "critic.model.path": "/critic", "critic.cliprange_value": 0.5},
+        ),
+        (
+            "adv_estimator: reinforce\nnorm_mean_type: group\nnorm_std_type: group\n",
+            {"algorithm.adv_estimator": "grpo"},
+        ),
+        (
+            "adv_estimator: reinforce\nnorm_mean_type: group\n",
+            {"algorithm.adv_estimator": "grpo", "algorithm.norm_adv_by_std_in_grpo": False},
+        ),
+        (
+            "adv_estimator: reinforce\nnorm_mean_type: batch\nnorm_std_type: batch\nwhiten_advantages: true\n",
+            {"algorithm.adv_estimator": "reinforce_plus_plus"},
+        ),
+        (
+            "init_kl_coef: 0.05\nadd_token_level_kl: true\ntarget_kl: 0.1\nkl_horizon: 500\nkl_penalty: k3\n",
+            {
+                "algorithm.kl_ctrl.kl_coef": 0.05,
+                "algorithm.use_kl_in_reward": True,
+                "algorithm.kl_ctrl.type": "adaptive",
+                "algorithm.kl_ctrl.target_kl": 0.1,
+                "algorithm.kl_ctrl.horizon": 500,
+                "algorithm.kl_penalty": "low_var_kl",
+            },
+        ),
+        (
+            "use_kl_loss: true\nkl_loss_coef: 0.01\nentropy_loss_coef: 0.001\nppo_epochs: 2\n",
+            {
+                f"{A}.actor.use_kl_loss": True,
+                f"{A}.actor.kl_loss_coef": 0.01,
+                f"{A}.actor.entropy_coeff": 0.001,
+                f"{A}.actor.ppo_epochs": 2,
+            },
+        ),
         ("pg_clip: 0.3\n", {f"{A}.actor.clip_ratio_low": 0.3, f"{A}.actor.clip_ratio_high": 0.3}),
-        ("use_pg_clip_range: true\npg_clip_low: 0.2\npg_clip_high: 0.28\n",
-         {f"{A}.actor.clip_ratio_low": 0.2, f"{A}.actor.clip_ratio_high": 0.28}),
+        (
+            "use_pg_clip_range: true\npg_clip_low: 0.2\npg_clip_high: 0.28\n",
+            {f"{A}.actor.clip_ratio_low": 0.2, f"{A}.actor.clip_ratio_high": 0.28},
+        ),
         ("dual_clip_loss: false\n", {f"{A}.actor.clip_ratio_c": NO_DUAL_CLIP}),
         ("dual_clip_loss: true\n", {f"{A}.actor.clip_ratio_c": 3.0}),
         ("loss_agg_mode: seq-mean-token-mean\n", {f"{A}.actor.loss_agg_mode": "seq-mean-token-mean"}),
         ("use_policy_loss_type: PG\n", {f"{A}.actor.policy_loss.loss_mode": "gpg"}),
-        ("actor_train:\n  training_args:\n    learning_rate: 1.0e-6\n    weight_decay: 0.1\n    max_grad_norm: 0.5\n"
-         "    adam_beta2: 0.95\n    lr_scheduler_type: cosine\n",
-         {f"{A}.actor.optim.lr": 1e-6, f"{A}.actor.optim.weight_decay": 0.1, f"{A}.actor.grad_clip": 0.5,
-          f"{A}.actor.optim.betas": [0.9, 0.95], f"{A}.actor.optim.warmup_style": "cosine"}),
+        (
+            "actor_train:\n  training_args:\n    learning_rate: 1.0e-6\n    weight_decay: 0.1\n    max_grad_norm: 0.5\n"
+            "    adam_beta2: 0.95\n    lr_scheduler_type: cosine\n",
+            {
+                f"{A}.actor.optim.lr": 1e-6,
+                f"{A}.actor.optim.weight_decay": 0.1,
+                f"{A}.actor.grad_clip": 0.5,
+                f"{A}.actor.optim.betas": [0.9, 0.95],
+                f"{A}.actor.optim.warmup_style": "cosine",
+            },
+        ),
         # 2 x 4 x 2 devices = 16 samples per optimizer step = 4 prompts of 4 responses.
-        ("actor_train:\n  training_args:\n    per_device_train_batch_size: 2\n    gradient_accumulation_steps: 4\n"
-         "  device_mapping: list(range(0,2))\nactor_infer:\n  device_mapping: list(range(0,2))\n",
-         {f"{A}.actor.ppo_mini_batch_size": 4, f"{A}.actor.ppo_micro_batch_size_per_gpu": 2,
-          "trainer.nnodes": 1, "trainer.n_gpus_per_node": 2}),
+        (
+            "actor_train:\n  training_args:\n    per_device_train_batch_size: 2\n    gradient_accumulation_steps: 4\n"
+            "  device_mapping: list(range(0,2))\nactor_infer:\n  device_mapping: list(range(0,2))\n",
+            {
+                f"{A}.actor.ppo_mini_batch_size": 4,
+                f"{A}.actor.ppo_micro_batch_size_per_gpu": 2,
+                "trainer.nnodes": 1,
+                "trainer.n_gpus_per_node": 2,
+            },
+        ),
         # 8 prompts x 4 = 32 samples, 16 per optimizer step: 2 optimizer steps per training step.
-        ("actor_train:\n  training_args:\n    per_device_train_batch_size: 4\n    gradient_accumulation_steps: 4\n"
-         "    warmup_steps: 6\n", {f"{A}.actor.optim.lr_warmup_steps": 3}),
-        ("num_gpus_per_node: 8\nactor_train:\n  device_mapping: list(range(0,16))\n",
-         {"trainer.nnodes": 2, "trainer.n_gpus_per_node": 8}),
-        ("actor_train:\n  infer_batch_size: 4\n  strategy_args:\n    strategy_name: fsdp2_train\n"
-         "reference:\n  infer_batch_size: 2\n  strategy_args:\n    strategy_name: hf_infer\n",
-         {f"{A}.rollout.log_prob_micro_batch_size_per_gpu": 4, f"{A}.ref.log_prob_micro_batch_size_per_gpu": 2,
-          f"{A}.actor.strategy": "fsdp2"}),
-        ("actor_infer:\n  generating_args:\n    max_new_tokens: ${response_length}\n    temperature: 0.9\n    top_p: 0.95\n"
-         "    top_k: 50\n    num_return_sequences: ${num_return_sequences_in_group}\n"
-         "  strategy_args:\n    strategy_name: vllm\n    strategy_config:\n      gpu_memory_utilization: 0.6\n"
-         "      block_size: 16\n      max_model_len: 512\n",
-         {"data.max_response_length": 48, f"{A}.rollout.temperature": 0.9, f"{A}.rollout.top_p": 0.95,
-          f"{A}.rollout.top_k": 50, f"{A}.rollout.name": "vllm", f"{A}.rollout.gpu_memory_utilization": 0.6,
-          f"{A}.rollout.engine_kwargs.vllm.block_size": 16, f"{A}.rollout.max_model_len": 512}),
+        (
+            "actor_train:\n  training_args:\n    per_device_train_batch_size: 4\n    gradient_accumulation_steps: 4\n"
+            "    warmup_steps: 6\n",
+            {f"{A}.actor.optim.lr_warmup_steps": 3},
+        ),
+        (
+            "num_gpus_per_node: 8\nactor_train:\n  device_mapping: list(range(0,16))\n",
+            {"trainer.nnodes": 2, "trainer.n_gpus_per_node": 8},
+        ),
+        (
+            "actor_train:\n  infer_batch_size: 4\n  strategy_args:\n    strategy_name: fsdp2_train\n"
+            "reference:\n  infer_batch_size: 2\n  strategy_args:\n    strategy_name: hf_infer\n",
+            {
+                f"{A}.rollout.log_prob_micro_batch_size_per_gpu": 4,
+                f"{A}.ref.log_prob_micro_batch_size_per_gpu": 2,
+                f"{A}.actor.strategy": "fsdp2",
+            },
+        ),
+        (
+            "actor_infer:\n  generating_args:\n    max_new_tokens: ${response_length}\n    temperature: 0.9\n    top_p: 0.95\n"
+            "    top_k: 50\n    num_return_sequences: ${num_return_sequences_in_group}\n"
+            "  strategy_args:\n    strategy_name: vllm\n    strategy_config:\n      gpu_memory_utilization: 0.6\n"
+            "      block_size: 16\n      max_model_len: 512\n",
+            {
+                "data.max_response_length": 48,
+                f"{A}.rollout.temperature": 0.9,
+                f"{A}.rollout.top_p": 0.95,
+                f"{A}.rollout.top_k": 50,
+                f"{A}.rollout.name": "vllm",
+                f"{A}.rollout.gpu_memory_utilization": 0.6,
+                f"{A}.rollout.engine_kwargs.vllm.block_size": 16,
+                f"{A}.rollout.max_model_len": 512,
+            },
+        ),
         ("actor_infer:\n  strategy_args:\n    strategy_name: hf_infer\n", {f"{A}.rollout.name": "hf"}),
-        ("actor_train:\n  data_args:\n    file_name: [/d/a.jsonl]\n    template: native\n    messages: messages\n"
-         "validation:\n  data_args:\n    file_name: /d/v.jsonl\n  generating_args:\n    temperature: 0\n    top_p: 1.0\n",
-         {"data.train_files": ["/d/a.jsonl"], "data.prompt_key": "messages", "data.val_files": ["/d/v.jsonl"],
-          f"{A}.rollout.val_kwargs.temperature": 0}),
-        ("rewards:\n  math_rule:\n    worker_cls: roll.pipeline.rlvr.rewards.math_rule_reward_worker.MathRuleRewardWorker\n"
-         "    tag_included: [gsm8k]\n    world_size: 8\n", {}),
-        ("train_infer_correction:\n  is_weight:\n    enabled: true\n    upper_bound: 2.0\n", {f"{A}.actor.tis_imp_ratio_cap": 2.0}),
+        (
+            "actor_train:\n  data_args:\n    file_name: [/d/a.jsonl]\n    template: native\n    messages: messages\n"
+            "validation:\n  data_args:\n    file_name: /d/v.jsonl\n  generating_args:\n    temperature: 0\n    top_p: 1.0\n",
+            {
+                "data.train_files": ["/d/a.jsonl"],
+                "data.prompt_key": "messages",
+                "data.val_files": ["/d/v.jsonl"],
+                f"{A}.rollout.val_kwargs.temperature": 0,
+            },
+        ),
+        (
+            "rewards:\n  math_rule:\n    worker_cls: roll.pipeline.rlvr.rewards.math_rule_reward_worker.MathRuleRewardWorker\n"
+            "    tag_included: [gsm8k]\n    world_size: 8\n",
+            {},
+        ),
+        (
+            "train_infer_correction:\n  is_weight:\n    enabled: true\n    upper_bound: 2.0\n",
+            {f"{A}.actor.tis_imp_ratio_cap": 2.0},
+        ),
         ("model_update_buffer_size_mb: 256\n", {f"{A}.rollout.update_weights_bucket_megabytes": 256}),
         # Ulysses sequence parallelism per trained role; the reference's size must be actor_train's.
-        ("actor_train:\n  model_args:\n    ulysses_size: 2\nreference:\n  model_args:\n    ulysses_size: 2\n"
-         "critic:\n  model_args:\n    ulysses_size: 4\n",
-         {f"{A}.actor.ulysses_sequence_parallel_size": 2, f"{A}.ref.ulysses_sequence_parallel_size": 2,
-          "critic.ulysses_sequence_parallel_size": 4}),
+        (
+            "actor_train:\n  model_args:\n    ulysses_size: 2\nreference:\n  model_args:\n    ulysses_size: 2\n"
+            "critic:\n  model_args:\n    ulysses_size: 4\n",
+            {
+                f"{A}.actor.ulysses_sequence_parallel_size": 2,
+                f"{A}.ref.ulysses_sequence_parallel_size": 2,
+                "critic.ulysses_sequence_parallel_size": 4,
+            },
+        ),
         ("actor_train:\n  model_args:\n    ulysses_size: 1\n", {f"{A}.actor.ulysses_sequence_parallel_size": 1}),
         ("val_greedy: true\n", {f"{A}.rollout.val_kwargs.do_sample": False, f"{A}.rollout.val_kwargs.temperature": 0}),
         ("val_greedy: false\n", {f"{A}.rollout.val_kwargs.do_sample": True}),
@@ -148,8 +240,13 @@ def test_roll_overrides_apply_onto_the_file(tmp_path):
 
 @pytest.mark.parametrize(
     "value, ids",
-    [("list(range(0,4))", [0, 1, 2, 3]), ("list(range(8))", list(range(8))), ("list(range(0, 8, 2))", [0, 2, 4, 6]),
-     ("[0, 1]", [0, 1]), ([2, 3], [2, 3])],
+    [
+        ("list(range(0,4))", [0, 1, 2, 3]),
+        ("list(range(8))", list(range(8))),
+        ("list(range(0, 8, 2))", [0, 2, 4, 6]),
+        ("[0, 1]", [0, 1]),
+        ([2, 3], [2, 3]),
+    ],
 )
 def test_roll_device_mapping_forms(value, ids):
     assert parse_devices(value) == ids
@@ -252,15 +349,22 @@ def test_roll_documents_at_least_ten_refused_keys():
         ("adv_estimator: gae\n", "set whiten_advantages: true"),
         ("adv_estimator: grpo\nwhiten_advantages: true\n", "does not whiten the group-normalised advantages again"),
         ("adv_estimator: reinforce\n", "not this combination"),
-        ("actor_train:\n  training_args:\n    per_device_train_batch_size: 3\n    gradient_accumulation_steps: 1\n",
-         "not a whole number of groups of num_return_sequences_in_group=4"),
+        (
+            "actor_train:\n  training_args:\n    per_device_train_batch_size: 3\n    gradient_accumulation_steps: 1\n",
+            "not a whole number of groups of num_return_sequences_in_group=4",
+        ),
         ("actor_train:\n  data_args:\n    template: qwen2_5\n", "set template: native"),
-        ("actor_train:\n  device_mapping: list(range(0,4))\nreference:\n  device_mapping: list(range(4,8))\n", "same device_mapping"),
+        (
+            "actor_train:\n  device_mapping: list(range(0,4))\nreference:\n  device_mapping: list(range(4,8))\n",
+            "same device_mapping",
+        ),
         ("pretrain: /a\nreference:\n  model_args:\n    model_name_or_path: /b\n", "initial policy"),
         ("actor_train:\n  model_args:\n    dtype: fp16\n", "supported: bf16, fp32"),
         ("track_with: swanlab\n", "supported: tensorboard, wandb, stdout"),
-        ("actor_train:\n  model_args:\n    ulysses_size: 2\nreference:\n  model_args:\n    ulysses_size: 1\n",
-         "splits sequences as it does (actor_train.model_args.ulysses_size=2)"),
+        (
+            "actor_train:\n  model_args:\n    ulysses_size: 2\nreference:\n  model_args:\n    ulysses_size: 1\n",
+            "splits sequences as it does (actor_train.model_args.ulysses_size=2)",
+        ),
     ],
 )
 def test_roll_transform_refusals(tmp_path, yaml_text, reason):

@@ -19,7 +19,6 @@ from hybrid.config.dialects.skyrl import translate_skyrl
 from hybrid.config.dialects.table import NO_DUAL_CLIP
 from tests.unit.test_dialects import REPO, SKYRL_SEED_EXAMPLE, A, skyrl, skyrl_error
 
-
 # ---------------------------------------------------------------- SkyRL mappings
 
 
@@ -33,11 +32,14 @@ from tests.unit.test_dialects import REPO, SKYRL_SEED_EXAMPLE, A, skyrl, skyrl_e
         # Both count prompts per optimizer step; the micro batches count samples per device.
         (["trainer.policy_mini_batch_size=4"], {f"{A}.actor.ppo_mini_batch_size": 4}),
         (["trainer.micro_train_batch_size_per_gpu=2"], {f"{A}.actor.ppo_micro_batch_size_per_gpu": 2}),
-        (["trainer.micro_forward_batch_size_per_gpu=3"], {
-            f"{A}.rollout.log_prob_micro_batch_size_per_gpu": 3,
-            f"{A}.ref.log_prob_micro_batch_size_per_gpu": 3,
-            "critic.forward_micro_batch_size_per_gpu": 3,
-        }),
+        (
+            ["trainer.micro_forward_batch_size_per_gpu=3"],
+            {
+                f"{A}.rollout.log_prob_micro_batch_size_per_gpu": 3,
+                f"{A}.ref.log_prob_micro_batch_size_per_gpu": 3,
+                "critic.forward_micro_batch_size_per_gpu": 3,
+            },
+        ),
         (["trainer.epochs=2"], {"trainer.total_epochs": 2, "trainer.total_training_steps": None}),
         (["trainer.update_epochs_per_batch=2"], {f"{A}.actor.ppo_epochs": 2}),
         (["trainer.eval_interval=-1"], {"trainer.test_freq": -1}),
@@ -46,80 +48,175 @@ from tests.unit.test_dialects import REPO, SKYRL_SEED_EXAMPLE, A, skyrl, skyrl_e
         (["trainer.seed=7"], {"trainer.seed": 7, "data.seed": 7}),
         (["trainer.logger=wandb"], {"trainer.logger": ["wandb", "file"]}),
         (["trainer.logger=['console','tensorboard']"], {"trainer.logger": ["console", "tensorboard", "file"]}),
-        (["trainer.project_name=p", "trainer.run_name=r"], {"trainer.project_name": "p", "trainer.experiment_name": "r"}),
+        (
+            ["trainer.project_name=p", "trainer.run_name=r"],
+            {"trainer.project_name": "p", "trainer.experiment_name": "r"},
+        ),
         (["trainer.policy.optimizer_config.lr=1e-6"], {f"{A}.actor.optim.lr": 1e-6}),
         (["trainer.policy.optimizer_config.weight_decay=0.1"], {f"{A}.actor.optim.weight_decay": 0.1}),
         (["trainer.policy.optimizer_config.max_grad_norm=0.5"], {f"{A}.actor.grad_clip": 0.5}),
-        (["trainer.algorithm.use_kl_loss=true", "trainer.algorithm.kl_loss_coef=0.01"],
-         {f"{A}.actor.use_kl_loss": True, f"{A}.actor.kl_loss_coef": 0.01, "algorithm.kl_ctrl.kl_coef": 0.01}),
+        (
+            ["trainer.algorithm.use_kl_loss=true", "trainer.algorithm.kl_loss_coef=0.01"],
+            {f"{A}.actor.use_kl_loss": True, f"{A}.actor.kl_loss_coef": 0.01, "algorithm.kl_ctrl.kl_coef": 0.01},
+        ),
         (["trainer.algorithm.use_kl_in_reward=true"], {"algorithm.use_kl_in_reward": True}),
-        (["trainer.algorithm.kl_estimator_type=k3"], {f"{A}.actor.kl_loss_type": "low_var_kl", "algorithm.kl_penalty": "low_var_kl"}),
+        (
+            ["trainer.algorithm.kl_estimator_type=k3"],
+            {f"{A}.actor.kl_loss_type": "low_var_kl", "algorithm.kl_penalty": "low_var_kl"},
+        ),
         (["trainer.algorithm.kl_estimator_type=k2"], {f"{A}.actor.kl_loss_type": "mse"}),
         (["trainer.algorithm.use_abs_kl=true"], {f"{A}.actor.kl_loss_type": "abs"}),
         (["trainer.algorithm.loss_reduction=sequence_mean"], {f"{A}.actor.loss_agg_mode": "seq-mean-token-mean"}),
-        (["trainer.algorithm.loss_reduction=seq_mean_token_sum_norm"], {f"{A}.actor.loss_agg_mode": "seq-mean-token-sum-norm"}),
-        (["trainer.algorithm.eps_clip_low=0.1", "trainer.algorithm.eps_clip_high=0.3"],
-         {f"{A}.actor.clip_ratio_low": 0.1, f"{A}.actor.clip_ratio_high": 0.3}),
+        (
+            ["trainer.algorithm.loss_reduction=seq_mean_token_sum_norm"],
+            {f"{A}.actor.loss_agg_mode": "seq-mean-token-sum-norm"},
+        ),
+        (
+            ["trainer.algorithm.eps_clip_low=0.1", "trainer.algorithm.eps_clip_high=0.3"],
+            {f"{A}.actor.clip_ratio_low": 0.1, f"{A}.actor.clip_ratio_high": 0.3},
+        ),
         # SkyRL's regular PPO clip: hybrid's dual-clip loss with a bound that never binds.
-        (["trainer.algorithm.policy_loss_type=regular", "trainer.algorithm.clip_ratio_c=3.0"],
-         {f"{A}.actor.policy_loss.loss_mode": "vanilla", f"{A}.actor.clip_ratio_c": NO_DUAL_CLIP}),
-        (["trainer.algorithm.policy_loss_type=dual_clip", "trainer.algorithm.clip_ratio_c=5.0"],
-         {f"{A}.actor.policy_loss.loss_mode": "vanilla", f"{A}.actor.clip_ratio_c": 5.0}),
+        (
+            ["trainer.algorithm.policy_loss_type=regular", "trainer.algorithm.clip_ratio_c=3.0"],
+            {f"{A}.actor.policy_loss.loss_mode": "vanilla", f"{A}.actor.clip_ratio_c": NO_DUAL_CLIP},
+        ),
+        (
+            ["trainer.algorithm.policy_loss_type=dual_clip", "trainer.algorithm.clip_ratio_c=5.0"],
+            {f"{A}.actor.policy_loss.loss_mode": "vanilla", f"{A}.actor.clip_ratio_c": 5.0},
+        ),
         (["trainer.algorithm.ppo_loss_type=dual_clip"], {f"{A}.actor.clip_ratio_c": 3.0}),
         # cispo reads its own bounds, not eps_clip_*.
-        (["trainer.algorithm.policy_loss_type=cispo", "trainer.algorithm.eps_clip_high=0.3"],
-         {f"{A}.actor.policy_loss.loss_mode": "cispo", f"{A}.actor.clip_ratio_low": 0.0, f"{A}.actor.clip_ratio_high": 5.0}),
+        (
+            ["trainer.algorithm.policy_loss_type=cispo", "trainer.algorithm.eps_clip_high=0.3"],
+            {
+                f"{A}.actor.policy_loss.loss_mode": "cispo",
+                f"{A}.actor.clip_ratio_low": 0.0,
+                f"{A}.actor.clip_ratio_high": 5.0,
+            },
+        ),
         (["trainer.algorithm.use_entropy_loss=true"], {f"{A}.actor.entropy_coeff": 0.01}),
-        (["trainer.algorithm.entropy_loss_coef=0.2", "trainer.algorithm.use_entropy_loss=true"], {f"{A}.actor.entropy_coeff": 0.2}),
-        (["trainer.algorithm.use_tis=true", "trainer.algorithm.tis_imp_ratio_cap=2.0"], {f"{A}.actor.tis_imp_ratio_cap": 2.0}),
+        (
+            ["trainer.algorithm.entropy_loss_coef=0.2", "trainer.algorithm.use_entropy_loss=true"],
+            {f"{A}.actor.entropy_coeff": 0.2},
+        ),
+        (
+            ["trainer.algorithm.use_tis=true", "trainer.algorithm.tis_imp_ratio_cap=2.0"],
+            {f"{A}.actor.tis_imp_ratio_cap": 2.0},
+        ),
         (["trainer.algorithm.off_policy_correction.tis_ratio_type=token"], {f"{A}.actor.tis_imp_ratio_cap": 2.0}),
-        (["trainer.algorithm.dynamic_sampling.type=filter", "trainer.algorithm.dynamic_sampling.max_sample_batches=-1"],
-         {"algorithm.filter_groups.enable": True, "algorithm.filter_groups.max_num_gen_batches": 0}),
+        (
+            [
+                "trainer.algorithm.dynamic_sampling.type=filter",
+                "trainer.algorithm.dynamic_sampling.max_sample_batches=-1",
+            ],
+            {"algorithm.filter_groups.enable": True, "algorithm.filter_groups.max_num_gen_batches": 0},
+        ),
         (["trainer.algorithm.kl_cov.kl_cov_frac=0.2"], {f"{A}.actor.policy_loss.kl_cov_ratio": 0.2}),
-        (["trainer.algorithm.lambd=0.9", "trainer.algorithm.gamma=0.99"], {"algorithm.lam": 0.9, "algorithm.gamma": 0.99}),
+        (
+            ["trainer.algorithm.lambd=0.9", "trainer.algorithm.gamma=0.99"],
+            {"algorithm.lam": 0.9, "algorithm.gamma": 0.99},
+        ),
         (["generator.n_samples_per_prompt=5"], {f"{A}.rollout.n": 5}),
-        (["generator.sampling_params.temperature=0.7", "generator.sampling_params.top_p=0.9",
-          "generator.sampling_params.top_k=20", "generator.sampling_params.min_p=0.05",
-          "generator.sampling_params.max_generate_length=32"],
-         {f"{A}.rollout.temperature": 0.7, f"{A}.rollout.top_p": 0.9, f"{A}.rollout.top_k": 20,
-          f"{A}.rollout.min_p": 0.05, "data.max_response_length": 32}),
+        (
+            [
+                "generator.sampling_params.temperature=0.7",
+                "generator.sampling_params.top_p=0.9",
+                "generator.sampling_params.top_k=20",
+                "generator.sampling_params.min_p=0.05",
+                "generator.sampling_params.max_generate_length=32",
+            ],
+            {
+                f"{A}.rollout.temperature": 0.7,
+                f"{A}.rollout.top_p": 0.9,
+                f"{A}.rollout.top_k": 20,
+                f"{A}.rollout.min_p": 0.05,
+                "data.max_response_length": 32,
+            },
+        ),
         (["generator.sampling_params.additional_kwargs.presence_penalty=0.5"], {f"{A}.rollout.presence_penalty": 0.5}),
-        (["generator.eval_sampling_params.temperature=0", "generator.eval_sampling_params.top_p=0.5",
-          "generator.eval_n_samples_per_prompt=2"],
-         {f"{A}.rollout.val_kwargs.temperature": 0, f"{A}.rollout.val_kwargs.do_sample": False,
-          f"{A}.rollout.val_kwargs.top_p": 0.5, f"{A}.rollout.val_kwargs.n": 2}),
+        (
+            [
+                "generator.eval_sampling_params.temperature=0",
+                "generator.eval_sampling_params.top_p=0.5",
+                "generator.eval_n_samples_per_prompt=2",
+            ],
+            {
+                f"{A}.rollout.val_kwargs.temperature": 0,
+                f"{A}.rollout.val_kwargs.do_sample": False,
+                f"{A}.rollout.val_kwargs.top_p": 0.5,
+                f"{A}.rollout.val_kwargs.n": 2,
+            },
+        ),
         (["generator.max_input_length=100"], {"data.max_prompt_length": 100}),
         (["generator.max_turns=1", "environment.env_class=gsm8k", "trainer.placement.colocate_all=true"], {}),
         (["generator.backend=vllm"], {f"{A}.rollout.name": "vllm"}),
         (["generator.inference_engine.backend=vllm"], {f"{A}.rollout.name": "vllm"}),
-        (["generator.inference_engine_tensor_parallel_size=2", "trainer.placement.policy_num_gpus_per_node=4",
-          "generator.num_inference_engines=2"],
-         {f"{A}.rollout.tensor_model_parallel_size": 2, "trainer.n_gpus_per_node": 4}),
-        (["generator.weight_transfer_threshold_cuda_ipc_GB=0.25"], {f"{A}.rollout.update_weights_bucket_megabytes": 256}),
+        (
+            [
+                "generator.inference_engine_tensor_parallel_size=2",
+                "trainer.placement.policy_num_gpus_per_node=4",
+                "generator.num_inference_engines=2",
+            ],
+            {f"{A}.rollout.tensor_model_parallel_size": 2, "trainer.n_gpus_per_node": 4},
+        ),
+        (
+            ["generator.weight_transfer_threshold_cuda_ipc_GB=0.25"],
+            {f"{A}.rollout.update_weights_bucket_megabytes": 256},
+        ),
         (["generator.engine_init_kwargs.swap_space=2"], {f"{A}.rollout.engine_kwargs.vllm.swap_space": 2}),
-        (["trainer.policy.model_config_kwargs.attention_dropout=0.1"], {f"{A}.model.override_config.attention_dropout": 0.1}),
-        (["data.train_data=['/d/a.parquet','/d/b.parquet']", "data.val_data=/d/v.parquet"],
-         {"data.train_files": ["/d/a.parquet", "/d/b.parquet"], "data.val_files": ["/d/v.parquet"]}),
-        (["trainer.placement.policy_num_nodes=2", "trainer.placement.policy_num_gpus_per_node=8",
-          "trainer.placement.ref_num_gpus_per_node=8"], {"trainer.nnodes": 2, "trainer.n_gpus_per_node": 8}),
+        (
+            ["trainer.policy.model_config_kwargs.attention_dropout=0.1"],
+            {f"{A}.model.override_config.attention_dropout": 0.1},
+        ),
+        (
+            ["data.train_data=['/d/a.parquet','/d/b.parquet']", "data.val_data=/d/v.parquet"],
+            {"data.train_files": ["/d/a.parquet", "/d/b.parquet"], "data.val_files": ["/d/v.parquet"]},
+        ),
+        (
+            [
+                "trainer.placement.policy_num_nodes=2",
+                "trainer.placement.policy_num_gpus_per_node=8",
+                "trainer.placement.ref_num_gpus_per_node=8",
+            ],
+            {"trainer.nnodes": 2, "trainer.n_gpus_per_node": 8},
+        ),
         (["trainer.resume_mode=none"], {"trainer.resume_mode": "disable"}),
         (["trainer.resume_mode=latest"], {"trainer.resume_mode": "auto"}),
-        (["trainer.resume_mode=from_path", "trainer.resume_path=/ck/global_step_5"],
-         {"trainer.resume_mode": "resume_path", "trainer.resume_from_path": "/ck/global_step_5"}),
+        (
+            ["trainer.resume_mode=from_path", "trainer.resume_path=/ck/global_step_5"],
+            {"trainer.resume_mode": "resume_path", "trainer.resume_from_path": "/ck/global_step_5"},
+        ),
         (["trainer.max_ckpts_to_keep=-1"], {"trainer.max_actor_ckpt_to_keep": None}),
         (["trainer.max_ckpts_to_keep=3"], {"trainer.max_actor_ckpt_to_keep": 3, "trainer.max_critic_ckpt_to_keep": 3}),
-        (["trainer.ckpt_interval=5", "trainer.hf_save_interval=5"],
-         {f"{A}.actor.checkpoint.save_contents": ["model", "optimizer", "extra", "hf_model"]}),
+        (
+            ["trainer.ckpt_interval=5", "trainer.hf_save_interval=5"],
+            {f"{A}.actor.checkpoint.save_contents": ["model", "optimizer", "extra", "hf_model"]},
+        ),
         (["trainer.policy.model.path=/m", "trainer.ref.model.path=/m"], {f"{A}.model.path": "/m"}),
-        (["trainer.strategy=fsdp2"], {f"{A}.actor.strategy": "fsdp2", f"{A}.ref.strategy": "fsdp2", "critic.strategy": "fsdp2"}),
+        (
+            ["trainer.strategy=fsdp2"],
+            {f"{A}.actor.strategy": "fsdp2", f"{A}.ref.strategy": "fsdp2", "critic.strategy": "fsdp2"},
+        ),
         # Ulysses sequence parallelism; the reference's size must be the policy's.
-        (["trainer.policy.sequence_parallel_size=2", "trainer.ref.sequence_parallel_size=2",
-          "trainer.critic.sequence_parallel_size=4", "trainer.sequence_parallel_backend=ulysses"],
-         {f"{A}.actor.ulysses_sequence_parallel_size": 2, f"{A}.ref.ulysses_sequence_parallel_size": 2,
-          "critic.ulysses_sequence_parallel_size": 4}),
+        (
+            [
+                "trainer.policy.sequence_parallel_size=2",
+                "trainer.ref.sequence_parallel_size=2",
+                "trainer.critic.sequence_parallel_size=4",
+                "trainer.sequence_parallel_backend=ulysses",
+            ],
+            {
+                f"{A}.actor.ulysses_sequence_parallel_size": 2,
+                f"{A}.ref.ulysses_sequence_parallel_size": 2,
+                "critic.ulysses_sequence_parallel_size": 4,
+            },
+        ),
         (["trainer.policy.sequence_parallel_size=1"], {f"{A}.actor.ulysses_sequence_parallel_size": 1}),
         # Interpolation among the SkyRL keys of one line, and oc.env.
-        (["trainer.max_prompt_length=128", "generator.max_input_length=${trainer.max_prompt_length}"], {"data.max_prompt_length": 128}),
+        (
+            ["trainer.max_prompt_length=128", "generator.max_input_length=${trainer.max_prompt_length}"],
+            {"data.max_prompt_length": 128},
+        ),
     ],
 )
 def test_skyrl_mapping(overrides, expected):
@@ -190,7 +287,10 @@ def test_skyrl_refusals_are_all_listed_at_once_by_name_with_the_reason():
         line = next((ln for ln in lines if ln.startswith(f"  - {override.split('=')[0]}=")), None)
         assert line is not None, override
         assert reason in line, (line, reason)
-    assert "  - trainer.placement.colocate_all=false: hybrid always colocates training and generation on the same devices" in lines
+    assert (
+        "  - trainer.placement.colocate_all=false: hybrid always colocates training and generation on the same devices"
+        in lines
+    )
 
 
 @pytest.mark.parametrize(
@@ -210,19 +310,33 @@ def test_skyrl_documents_at_least_twenty_refused_keys():
     assert len(refused) >= 20
     assert all(r.note for r in refused)
     keys = {r.key for r in refused}
-    for key in ("trainer.placement.colocate_all", "trainer.policy.use_torch_compile",
-                "generator.step_wise_trajectories", "trainer.policy.megatron_config.*", "trainer.fully_async.*"):
+    for key in (
+        "trainer.placement.colocate_all",
+        "trainer.policy.use_torch_compile",
+        "generator.step_wise_trajectories",
+        "trainer.policy.megatron_config.*",
+        "trainer.fully_async.*",
+    ):
         assert key in keys
 
 
 def test_skyrl_accepts_the_values_hybrid_already_has():
-    skyrl("trainer.placement.colocate_all=true", "trainer.policy.sequence_parallel_size=1", "generator.batched=true",
-          "generator.max_turns=1", "generator.async_engine=true", "trainer.algorithm.normalize_reward=true")
+    skyrl(
+        "trainer.placement.colocate_all=true",
+        "trainer.policy.sequence_parallel_size=1",
+        "generator.batched=true",
+        "generator.max_turns=1",
+        "generator.async_engine=true",
+        "trainer.algorithm.normalize_reward=true",
+    )
 
 
 def test_skyrl_typo_names_the_nearest_skyrl_key():
     message = skyrl_error("trainer.policy_mini_batch_sise=4", "generator.sampling_params.temprature=1.0")
-    assert "trainer.policy_mini_batch_sise=4: not a SkyRL key hybrid knows; did you mean trainer.policy_mini_batch_size?" in message
+    assert (
+        "trainer.policy_mini_batch_sise=4: not a SkyRL key hybrid knows; did you mean trainer.policy_mini_batch_size?"
+        in message
+    )
     assert "did you mean generator.sampling_params.temperature?" in message
 
 
@@ -252,9 +366,16 @@ def test_skyrl_seed_example_loads_and_validates():
 
 
 def test_skyrl_sequence_parallel_loads_and_validates():
-    overrides = translate_argv(["--dialect", "skyrl", "trainer.placement.policy_num_gpus_per_node=2",
-                                "trainer.policy.sequence_parallel_size=2", "trainer.critic.sequence_parallel_size=2",
-                                "trainer.sequence_parallel_backend=ulysses"])
+    overrides = translate_argv(
+        [
+            "--dialect",
+            "skyrl",
+            "trainer.placement.policy_num_gpus_per_node=2",
+            "trainer.policy.sequence_parallel_size=2",
+            "trainer.critic.sequence_parallel_size=2",
+            "trainer.sequence_parallel_backend=ulysses",
+        ]
+    )
     cfg = load_config(overrides)
     validate_config(cfg)
     arr = cfg.actor_rollout_ref
@@ -267,8 +388,13 @@ def test_skyrl_example_script_loads_and_validates(tmp_path):
     shim = tmp_path / "fake_python"
     shim.write_text(f"#!/bin/sh\nprintf '%s\\0' \"$@\" > '{args_file}'\n")
     shim.chmod(shim.stat().st_mode | stat.S_IEXEC)
-    done = subprocess.run(["bash", str(REPO / "examples" / "skyrl_grpo_arithmetic.sh"), "trainer.seed=5"],
-                          env={**os.environ, "PYTHON": str(shim)}, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        ["bash", str(REPO / "examples" / "skyrl_grpo_arithmetic.sh"), "trainer.seed=5"],
+        env={**os.environ, "PYTHON": str(shim)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     argv = args_file.read_text().split("\0")[:-1]
     assert argv[:4] == ["-m", "hybrid.main_ppo", "--dialect", "skyrl"]

@@ -15,11 +15,15 @@ from protocol import DataProto
 
 def _trainer(max_num_gen_batches: int, train_batch_size: int = 2, n: int = 2) -> PPOTrainer:
     trainer = PPOTrainer.__new__(PPOTrainer)
-    trainer.config = OmegaConf.create({
-        "algorithm": {"filter_groups": {"enable": True, "metric": "score", "max_num_gen_batches": max_num_gen_batches}},
-        "actor_rollout_ref": {"rollout": {"n": n}},
-        "data": {"train_batch_size": train_batch_size},
-    })
+    trainer.config = OmegaConf.create(
+        {
+            "algorithm": {
+                "filter_groups": {"enable": True, "metric": "score", "max_num_gen_batches": max_num_gen_batches}
+            },
+            "actor_rollout_ref": {"rollout": {"n": n}},
+            "data": {"train_batch_size": train_batch_size},
+        }
+    )
     trainer.world_size = 1
     return trainer
 

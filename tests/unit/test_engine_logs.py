@@ -48,7 +48,12 @@ def test_console_keeps_real_warnings_and_the_file_gets_everything(clean_env, tmp
         "vllm ERROR: RotaryEmbedding: Failed to load weights (as an error it is shown)",
     ]
     written = open(path).read()
-    for line in ("Reloading weights inplace", "RotaryEmbedding: Failed to load weights", "LD_PRELOAD", "smaller than one"):
+    for line in (
+        "Reloading weights inplace",
+        "RotaryEmbedding: Failed to load weights",
+        "LD_PRELOAD",
+        "smaller than one",
+    ):
         assert line in written
     assert len(written.splitlines()) == 5
     # A second engine in the process (another run folder) gets its own file; the old config goes.

@@ -38,10 +38,21 @@ ROW = {
 def multi_turn(**overrides):
     """The fields of MultiTurnConfig the environments read, with the yaml's defaults."""
     values = dict(
-        enable=True, max_assistant_turns=None, max_user_turns=None, max_tokens_per_turn=None,
-        interaction_config_path=None, tool_config_path=None, max_tool_response_length=256,
-        tool_response_truncate_side="middle", format="hermes", env_class=None, env_kwargs={},
-        use_conversation_multi_turn=True, reward_placement="final", env_workers=4, env_step_timeout_s=30.0,
+        enable=True,
+        max_assistant_turns=None,
+        max_user_turns=None,
+        max_tokens_per_turn=None,
+        interaction_config_path=None,
+        tool_config_path=None,
+        max_tool_response_length=256,
+        tool_response_truncate_side="middle",
+        format="hermes",
+        env_class=None,
+        env_kwargs={},
+        use_conversation_multi_turn=True,
+        reward_placement="final",
+        env_workers=4,
+        env_step_timeout_s=30.0,
         tolerate_env_errors=False,
     )
     values.update(overrides)
@@ -67,7 +78,8 @@ def test_register_and_look_up_by_name():
 
 def test_user_environment_from_a_file(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "my_env.py").write_text(textwrap.dedent("""
+    (tmp_path / "my_env.py").write_text(
+        textwrap.dedent("""
         class Guess:
             def __init__(self, env_config=None, extras=None):
                 self.extras = extras
@@ -77,7 +89,8 @@ def test_user_environment_from_a_file(tmp_path, monkeypatch):
                 return {"observations": [], "reward": 1.0, "done": True, "metadata": {}}
         def helper():
             pass
-    """))
+    """)
+    )
     cls = get_env_cls("my_env.py:Guess")
     assert cls.__name__ == "Guess" and cls(extras={"a": 1}).step("x")["reward"] == 1.0
     with pytest.raises(AttributeError, match=r"'Gues' not found in .*my_env.py; classes defined there: \['Guess'\]"):
@@ -101,7 +114,9 @@ def test_factory_picks_the_run_or_the_row_environment_and_its_kwargs():
     assert isinstance(env, ArithmeticRetryEnv) and env.max_attempts == 2
     assert "gsm8k" not in env.env_config  # another environment's own section
     assert EnvFactory(multi_turn(env_class="arithmetic_retry")).make({**ROW, "env_class": "gsm8k"}).max_attempts == 3
-    with pytest.raises(ValueError, match="no environment for this row: set actor_rollout_ref.rollout.multi_turn.env_class"):
+    with pytest.raises(
+        ValueError, match="no environment for this row: set actor_rollout_ref.rollout.multi_turn.env_class"
+    ):
         EnvFactory(multi_turn()).make(ROW)
     with pytest.raises(ValueError, match="unknown environment 'typo'"):
         EnvFactory(multi_turn(env_class="typo"))
@@ -114,7 +129,12 @@ def test_arithmetic_retry_gives_retries_then_ends():
     env = ArithmeticRetryEnv(extras={**ROW, "max_turns": 3})
     assert env.init([{"role": "user", "content": "q"}])[0] == [{"role": "user", "content": "q"}]
     first = env.step("23 + 45 = 58")
-    assert first == {"observations": [{"role": "user", "content": RETRY_MESSAGE}], "reward": 0.0, "done": False, "metadata": {}}
+    assert first == {
+        "observations": [{"role": "user", "content": RETRY_MESSAGE}],
+        "reward": 0.0,
+        "done": False,
+        "metadata": {},
+    }
     assert env.step("68")["reward"] == 1.0 and env.turns == 2
     assert env.get_metrics() == {"attempts": 2, "solved": 1.0, "first_attempt_correct": 0.0}
 
@@ -197,7 +217,7 @@ def test_python_tool_computes_is_time_limited_and_has_no_network():
     assert out.startswith("Error: OSError") and "network" in out
 
 
-TOOLS_MODULE = '''
+TOOLS_MODULE = """
 import asyncio, time
 
 class Adder:
@@ -216,7 +236,7 @@ class Sleeper:
         pass
     def execute(self, instance_id, parameters):
         time.sleep(60)
-'''
+"""
 
 TOOLS_YAML = """
 tools:
@@ -255,12 +275,19 @@ def test_tool_env_answers_calls_and_cuts_off_a_hanging_tool(tool_config):
         '<tool_call>{"name": "python", "arguments": {"code": "print(\'x\' * 100)"}}</tool_call>'
     )
     assert out["reward"] == 0.5 and out["done"] is False
-    assert out["observations"] == [{"role": "user", "content": "\n".join([
-        "<tool_response>\n103\n</tool_response>",
-        "<tool_response>\nError: unknown tool 'nope'; tools: add, python, sleep\n</tool_response>",
-        "<tool_response>\n42\n</tool_response>",
-        f"<tool_response>\n{'x' * 32}...(truncated)...{'x' * 32}\n</tool_response>",
-    ])}]
+    assert out["observations"] == [
+        {
+            "role": "user",
+            "content": "\n".join(
+                [
+                    "<tool_response>\n103\n</tool_response>",
+                    "<tool_response>\nError: unknown tool 'nope'; tools: add, python, sleep\n</tool_response>",
+                    "<tool_response>\n42\n</tool_response>",
+                    f"<tool_response>\n{'x' * 32}...(truncated)...{'x' * 32}\n</tool_response>",
+                ]
+            ),
+        }
+    ]
     assert env.get_metrics() == {"tool_calls": 4, "tool_errors": 1, "tool_timeouts": 0}
     start = time.monotonic()
     with pytest.raises(EnvTimeout, match=r"tool sleep gave no answer within its timeout_s=0.3 \(\+2 s grace\)"):
@@ -284,7 +311,7 @@ def test_tool_env_hands_turns_without_calls_to_the_inner_environment(tool_config
 
 # ---------------------------------------------------------------- interactions
 
-INTERACTION_MODULE = '''
+INTERACTION_MODULE = """
 class RetryInteraction:
     def __init__(self, config):
         self.config, self.state, self.finalized = config, {}, []
@@ -295,7 +322,7 @@ class RetryInteraction:
         return correct, "Right." if correct else "Wrong, try again.", float(correct), {}
     async def finalize_interaction(self, instance_id, **kwargs):
         self.finalized.append(instance_id)
-'''
+"""
 
 
 def test_verl_interaction_runs_as_an_environment(tmp_path, monkeypatch):
@@ -310,7 +337,10 @@ def test_verl_interaction_runs_as_an_environment(tmp_path, monkeypatch):
     env = factory.make(row)
     env.init([{"role": "user", "content": "What is 23 + 45?"}])
     assert env.step("58") == {
-        "observations": [{"role": "user", "content": "Wrong, try again."}], "reward": 0.0, "done": False, "metadata": {},
+        "observations": [{"role": "user", "content": "Wrong, try again."}],
+        "reward": 0.0,
+        "done": False,
+        "metadata": {},
     }
     assert env.step("68") == {"observations": [], "reward": 1.0, "done": True, "metadata": {}}
     assert [m["role"] for m in env.messages] == ["user", "assistant", "user", "assistant"]

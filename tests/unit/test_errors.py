@@ -38,8 +38,9 @@ def run_cli(workdir: Path, *args: str, env_extra: dict | None = None, module: st
         if key not in (env_extra or {}):
             env.pop(key, None)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    result = subprocess.run([sys.executable, "-m", module, *args], cwd=workdir / "run", env=env,
-                            capture_output=True, text=True, timeout=180)
+    result = subprocess.run(
+        [sys.executable, "-m", module, *args], cwd=workdir / "run", env=env, capture_output=True, text=True, timeout=180
+    )
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return result, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
@@ -128,9 +129,13 @@ def test_input_mistakes_are_all_reported_at_once_before_anything_loads(workdir):
     assert len(found) == len(expected), "\n".join(found)
     for line, start in zip(found, expected):
         assert line.startswith(start), (line, start)
-    for line, words in ((2, "has no tokenizer"), (3, "is a training checkpoint, not a model folder"),
-                        (4, "is a file; give the Hugging Face model folder"), (4, "hybrid does not download"),
-                        (12, "is a folder")):
+    for line, words in (
+        (2, "has no tokenizer"),
+        (3, "is a training checkpoint, not a model folder"),
+        (4, "is a file; give the Hugging Face model folder"),
+        (4, "hybrid does not download"),
+        (12, "is a folder"),
+    ):
         assert words in " ".join(found[line - 1 : line + 1]), (line, words)
     # Nothing was written or converted: no outputs/ or .hydra/, no default model in the cache.
     assert not {"outputs", ".hydra"} & set(os.listdir(run)) and not (workdir / "cache").exists()
@@ -138,7 +143,8 @@ def test_input_mistakes_are_all_reported_at_once_before_anything_loads(workdir):
 
 def test_reward_file_environment_and_batch_mistakes(workdir):
     run = workdir / "run"
-    (run / "my_reward.py").write_text(textwrap.dedent("""\
+    (run / "my_reward.py").write_text(
+        textwrap.dedent("""\
         import json
 
 
@@ -151,7 +157,8 @@ def test_reward_file_environment_and_batch_mistakes(workdir):
 
         def compute_score(data_source, solution_str, ground_truth, extra_info=None):
             return 0.0
-    """))
+    """)
+    )
     _jsonl(run / "three.jsonl", [ROW] * 3)
     result, seconds = run_cli(
         workdir,
@@ -163,15 +170,22 @@ def test_reward_file_environment_and_batch_mistakes(workdir):
     assert result.returncode == 2, result.stderr
     assert seconds < FAIL_FAST_S
     found = problems(result.stderr)
-    assert found[0] == "data.train_files: 3 rows in all, fewer than data.train_batch_size=8 (one batch); lower data.train_batch_size or add rows"
+    assert (
+        found[0]
+        == "data.train_files: 3 rows in all, fewer than data.train_batch_size=8 (one batch); lower data.train_batch_size or add rows"
+    )
     assert found[1].startswith(f"custom_reward_function.path: importing {run / 'my_reward.py'} failed: JSONDecodeError")
-    assert found[2].startswith("actor_rollout_ref.rollout.multi_turn.env_class: environment file 'envs/missing.py' not found")
+    assert found[2].startswith(
+        "actor_rollout_ref.rollout.multi_turn.env_class: environment file 'envs/missing.py' not found"
+    )
     # The user's module failed: its frames are shown, ours and the json library's are not.
     trace = result.stderr.split("hybrid: ")[0]
     assert trace.startswith("Traceback (your code; HYBRID_DEBUG=1 shows the whole trace):")
     assert 'my_reward.py", line 8, in <module>' in trace and 'my_reward.py", line 5, in load_table' in trace
     assert "reward/loader.py" not in trace and "json/decoder.py" not in trace
-    assert trace.rstrip().endswith("json.decoder.JSONDecodeError: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)")
+    assert trace.rstrip().endswith(
+        "json.decoder.JSONDecodeError: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)"
+    )
 
 
 def test_config_mistakes_are_all_reported_at_once(workdir):
@@ -189,8 +203,14 @@ def test_config_mistakes_are_all_reported_at_once(workdir):
     assert seconds < FAIL_FAST_S
     assert result.stderr.startswith("hybrid: configuration error:\ninvalid configuration (6 problems):")
     text = "\n".join(problems(result.stderr))
-    for key in ("rollout.temperature=-1", "rollout.top_p=0", "gpu_memory_utilization=1.5", "lr_warmup_steps_ratio=2",
-                "kl_loss_type='full'", f"trainer.resume_from_path: {workdir / 'global_step_9'} does not exist"):
+    for key in (
+        "rollout.temperature=-1",
+        "rollout.top_p=0",
+        "gpu_memory_utilization=1.5",
+        "lr_warmup_steps_ratio=2",
+        "kl_loss_type='full'",
+        f"trainer.resume_from_path: {workdir / 'global_step_9'} does not exist",
+    ):
         assert key in text, key
 
 
@@ -204,8 +224,12 @@ def test_hybrid_debug_shows_the_traceback(workdir):
 def test_prompt_longer_than_max_prompt_length_names_the_row(workdir, tiny_model_dir):
     _jsonl(workdir / "run" / "train.jsonl", [ROW] * 7 + [{**ROW, "prompt": "word " * 80}] + [ROW] * 8)
     result, seconds = run_cli(
-        workdir, f"actor_rollout_ref.model.path={tiny_model_dir}", "data.train_files=train.jsonl", "data.val_files=null",
-        "data.max_prompt_length=32", "trainer.n_gpus_per_node=1",
+        workdir,
+        f"actor_rollout_ref.model.path={tiny_model_dir}",
+        "data.train_files=train.jsonl",
+        "data.val_files=null",
+        "data.max_prompt_length=32",
+        "trainer.n_gpus_per_node=1",
     )
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert seconds < FAIL_FAST_S
@@ -218,10 +242,21 @@ def test_model_merger_mistakes_through_the_command(workdir):
     step = workdir / "run" / "global_step_3"
     (step / "actor").mkdir(parents=True)
     (step / "actor" / "fsdp_config.json").write_text("{}")
-    result, _ = run_cli(workdir, "merge", "--backend", "fsdp", "--local_dir", str(step), "--target_dir", "out",
-                        module="scripts.model_merger")
+    result, _ = run_cli(
+        workdir,
+        "merge",
+        "--backend",
+        "fsdp",
+        "--local_dir",
+        str(step),
+        "--target_dir",
+        "out",
+        module="scripts.model_merger",
+    )
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
-    assert result.stderr.endswith(f"model_merger: --local_dir {step} is a step folder; give one of its roles: {step / 'actor'}\n")
+    assert result.stderr.endswith(
+        f"model_merger: --local_dir {step} is a step folder; give one of its roles: {step / 'actor'}\n"
+    )
 
 
 # ----------------------------------------------------------------------------- in-process
@@ -253,9 +288,18 @@ def test_model_merger_mistakes(tmp_path, capsys):
         (["merge", "--local_dir", str(tmp_path / "nowhere")], "--local_dir {d}/nowhere does not exist"),
         (["merge", "--local_dir", str(tmp_path / "afile")], "--local_dir {d}/afile is a file"),
         (["merge", "--local_dir", str(partial)], "is (inside) a partial checkpoint: its save never finished"),
-        (["merge", "--local_dir", str(model)], "is a Hugging Face model folder already, not a checkpoint: nothing to merge"),
-        (["merge", "--local_dir", str(tmp_path)], "is not a checkpoint folder of this trainer (fsdp_config.json is missing)"),
-        (["merge", "--local_dir", str(ckpt), "--target_dir", str(tmp_path / "afile")], "--target_dir {d}/afile is a file"),
+        (
+            ["merge", "--local_dir", str(model)],
+            "is a Hugging Face model folder already, not a checkpoint: nothing to merge",
+        ),
+        (
+            ["merge", "--local_dir", str(tmp_path)],
+            "is not a checkpoint folder of this trainer (fsdp_config.json is missing)",
+        ),
+        (
+            ["merge", "--local_dir", str(ckpt), "--target_dir", str(tmp_path / "afile")],
+            "--target_dir {d}/afile is a file",
+        ),
         (["merge", "--local_dir", str(ckpt), "--max_shard_size", "5XB"], "--max_shard_size '5XB' is not a size"),
         (["merge", "--local_dir", str(ckpt), "--save_lora_adapter"], "has no LoRA adapter (trained with lora_rank=0)"),
         (["test", "--local_dir", str(ckpt), "--test_hf_dir", str(tmp_path / "nowhere")], "{d}/nowhere does not exist"),
@@ -268,7 +312,10 @@ def test_model_merger_mistakes(tmp_path, capsys):
             cli(argv)
         err = capsys.readouterr().err
         assert exit_info.value.code == 2, (args, err)
-        assert err.startswith("model_merger: ") and words.format(d=tmp_path) in err and "Traceback" not in err, (args, err)
+        assert err.startswith("model_merger: ") and words.format(d=tmp_path) in err and "Traceback" not in err, (
+            args,
+            err,
+        )
     assert not (tmp_path / "out").exists()  # no argument mistake leaves a half-made target
 
 
@@ -280,7 +327,8 @@ def test_reward_function_failures_during_training(tmp_path, tokenizer):
     from reward.manager import NaiveRewardManager, RewardFunctionError
     from tests.unit.test_reward_manager import make_batch
 
-    (tmp_path / "scores.py").write_text(textwrap.dedent("""\
+    (tmp_path / "scores.py").write_text(
+        textwrap.dedent("""\
         def parse(text):
             return int(text)
 
@@ -295,7 +343,8 @@ def test_reward_function_failures_during_training(tmp_path, tokenizer):
 
         def nan(data_source, solution_str, ground_truth, extra_info=None):
             return float("nan")
-    """))
+    """)
+    )
     data, _ = make_batch(tokenizer, ["4", "five"], ["4", "5"], sources=["arithmetic", "my_task"])
     messages = {}
     errors.mark_training_started()
@@ -311,12 +360,23 @@ def test_reward_function_failures_during_training(tmp_path, tokenizer):
     where = f"reward function {{}} in {tmp_path / 'scores.py'} "
     assert messages["raises"].endswith(
         "hybrid: " + where.format("raises") + "raised on sample 1 (data_source='my_task'): ValueError: "
-        "invalid literal for int() with base 10: 'five'\n")
+        "invalid literal for int() with base 10: 'five'\n"
+    )
     trace = messages["raises"].split("hybrid: ")[0]
     assert 'scores.py", line 6, in raises' in trace and 'scores.py", line 2, in parse' in trace
     assert "reward/manager.py" not in trace
-    assert messages["text"] == "hybrid: " + where.format("text") + "on sample 0 (data_source='arithmetic') returned str '1.0'; a score must be a number or a dict with a numeric 'score'\n"
-    assert messages["nan"] == "hybrid: " + where.format("nan") + "on sample 0 (data_source='arithmetic') returned nan; scores must be finite\n"
+    assert (
+        messages["text"]
+        == "hybrid: "
+        + where.format("text")
+        + "on sample 0 (data_source='arithmetic') returned str '1.0'; a score must be a number or a dict with a numeric 'score'\n"
+    )
+    assert (
+        messages["nan"]
+        == "hybrid: "
+        + where.format("nan")
+        + "on sample 0 (data_source='arithmetic') returned nan; scores must be finite\n"
+    )
 
 
 def test_exit_status_by_phase_and_kind():
@@ -335,12 +395,16 @@ def test_exit_status_by_phase_and_kind():
     finally:
         errors.reset_phase()
     assert errors.exit_status(KeyboardInterrupt()) == 130
-    assert errors.format_error(KeyboardInterrupt()) == "hybrid: interrupted (Ctrl-C); steps since the last checkpoint are lost\n"
+    assert (
+        errors.format_error(KeyboardInterrupt())
+        == "hybrid: interrupted (Ctrl-C); steps since the last checkpoint are lost\n"
+    )
     stopped = errors.RunStopped(signal.SIGTERM, step=7, total=30, checkpoint="/c/global_step_7")
     assert errors.exit_status(stopped) == 143
     assert errors.format_error(stopped) == (
         "hybrid: stopped by SIGTERM after step 7 of 30; checkpoint: /c/global_step_7; run the same command to resume "
-        "from it (trainer.resume_mode=auto)\n")
+        "from it (trainer.resume_mode=auto)\n"
+    )
     off = errors.RunStopped(signal.SIGINT, step=3, total=30, save_freq=-1)
     assert errors.exit_status(off) == 130 and "nothing saved: checkpointing is off (trainer.save_freq=-1" in str(off)
     assert str(errors.RunStopped(signal.SIGTERM)) == "stopped by SIGTERM before training started; nothing to save"
@@ -350,7 +414,9 @@ def test_exit_status_by_phase_and_kind():
         collate_fn([])
     text = errors.format_error(bug.value)
     assert text.startswith("Traceback (most recent call last)") and 'hybrid/data.py", line' in text
-    assert text.endswith("hybrid: unexpected error ValueError: collate_fn got an empty batch (the traceback above says where)\n")
+    assert text.endswith(
+        "hybrid: unexpected error ValueError: collate_fn got an empty batch (the traceback above says where)\n"
+    )
 
 
 def test_signals_stop_at_once_while_loading_and_at_safe_points_while_training():
@@ -400,29 +466,47 @@ def test_more_input_mistakes_in_process(tmp_path, monkeypatch):
             check_inputs(build_config(["data.train_files=[nosource.jsonl,nullprompt.jsonl]", *overrides]))
         return err.value.problems
 
-    found = problems_of("actor_rollout_ref.model.path=noconfig", "custom_reward_function.path=missing.py",
-                        "data.custom_cls.path=my_dataset.py", "data.custom_cls.name=MyDataset")
+    found = problems_of(
+        "actor_rollout_ref.model.path=noconfig",
+        "custom_reward_function.path=missing.py",
+        "data.custom_cls.path=my_dataset.py",
+        "data.custom_cls.name=MyDataset",
+    )
     assert found[0].startswith("actor_rollout_ref.model.path: 'noconfig' (resolved to")
     assert found[0].endswith("has no config.json: not a Hugging Face model folder")
     assert found[1].startswith("data.custom_cls.path: dataset file 'my_dataset.py' (resolved to")
     assert found[2].startswith("custom_reward_function.path: reward function file 'missing.py' not found")
     assert len(found) == 3  # a custom dataset class reads its own files: their rows are its business
 
-    found = problems_of("actor_rollout_ref.model.path=badjson", "custom_reward_function.path=rewards.py",
-                        "custom_reward_function.name=compute_score")
+    found = problems_of(
+        "actor_rollout_ref.model.path=badjson",
+        "custom_reward_function.path=rewards.py",
+        "custom_reward_function.name=compute_score",
+    )
     assert "has a config.json that cannot be read as JSON" in found[0]
-    assert found[1] == (f"data.train_files: data file {tmp_path / 'nosource.jsonl'} has no column 'data_source' "
-                        "(data.reward_fn_key: it picks the scorer); columns: ['prompt', 'reward_model']")
-    assert found[2] == (f"data.train_files: data file {tmp_path / 'nullprompt.jsonl'} row 1 has no 'prompt' "
-                        "(data.prompt_key; 1 of 2 rows lack it)")
-    assert found[3] == (f"custom_reward_function.name: reward function 'compute_score' not found in "
-                        f"{tmp_path / 'rewards.py'}; functions defined there: ['other', 'score']")
+    assert found[1] == (
+        f"data.train_files: data file {tmp_path / 'nosource.jsonl'} has no column 'data_source' "
+        "(data.reward_fn_key: it picks the scorer); columns: ['prompt', 'reward_model']"
+    )
+    assert found[2] == (
+        f"data.train_files: data file {tmp_path / 'nullprompt.jsonl'} row 1 has no 'prompt' "
+        "(data.prompt_key; 1 of 2 rows lack it)"
+    )
+    assert found[3] == (
+        f"custom_reward_function.name: reward function 'compute_score' not found in "
+        f"{tmp_path / 'rewards.py'}; functions defined there: ['other', 'score']"
+    )
 
-    found = problems_of("actor_rollout_ref.model.path=notype", "custom_reward_function.path=rewards.py",
-                        "custom_reward_function.name=score")
+    found = problems_of(
+        "actor_rollout_ref.model.path=notype",
+        "custom_reward_function.path=rewards.py",
+        "custom_reward_function.name=score",
+    )
     assert found[0].endswith("has a config.json without model_type: not a transformers model config")
-    assert found[-1].startswith(f"custom_reward_function: reward function score in {tmp_path / 'rewards.py'} cannot be "
-                                "called as f(data_source, solution_str, ground_truth, extra_info)")
+    assert found[-1].startswith(
+        f"custom_reward_function: reward function score in {tmp_path / 'rewards.py'} cannot be "
+        "called as f(data_source, solution_str, ground_truth, extra_info)"
+    )
     found = problems_of("actor_rollout_ref.model.path=noweights")
     assert found[0].endswith("has config.json but no weights (*.safetensors or pytorch_model*.bin)")
 

@@ -62,7 +62,11 @@ def script_config(name, shim, args_file, *extra, env=None):
 def test_every_example_is_checked():
     scripts = {p.name for p in EXAMPLES.glob("*.sh")}
     # The SkyRL-dialect script is checked in tests/unit/test_dialects_skyrl.py.
-    assert scripts == set(ARITHMETIC_SCRIPTS) | {"gsm8k_grpo.sh", "skyrl_grpo_arithmetic.sh", "multi_turn_arithmetic_retry.sh"}
+    assert scripts == set(ARITHMETIC_SCRIPTS) | {
+        "gsm8k_grpo.sh",
+        "skyrl_grpo_arithmetic.sh",
+        "multi_turn_arithmetic_retry.sh",
+    }
 
 
 @pytest.mark.parametrize(
@@ -95,8 +99,11 @@ def test_ppo_script_has_a_critic_on_the_actors_model(capture_python):
     assert cfg.critic.model.path == "/models/tiny"
     # the critic's batch sizes follow overrides of the actor's
     cfg, _ = script_config(
-        "ppo_arithmetic.sh", shim, args_file,
-        "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        "ppo_arithmetic.sh",
+        shim,
+        args_file,
+        "data.train_batch_size=4",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
     )
     assert cfg.critic.ppo_mini_batch_size == 2 and cfg.critic.ppo_micro_batch_size_per_gpu == 2
@@ -132,7 +139,11 @@ def test_multi_turn_script(capture_python):
     cfg, overrides = script_config("multi_turn_arithmetic_retry.sh", shim, args_file, "trainer.total_training_steps=3")
     multi_turn = cfg.actor_rollout_ref.rollout.multi_turn
     assert multi_turn.enable is True and multi_turn.env_class == "arithmetic_retry"
-    assert (multi_turn.max_assistant_turns, multi_turn.max_tokens_per_turn, multi_turn.reward_placement) == (3, 24, "final")
+    assert (multi_turn.max_assistant_turns, multi_turn.max_tokens_per_turn, multi_turn.reward_placement) == (
+        3,
+        24,
+        "final",
+    )
     # three full turns and the two replies between them fit the episode's budget
     assert cfg.data.max_response_length >= 3 * 24 + 2 * 12
     assert cfg.algorithm.adv_estimator == "grpo" and cfg.trainer.total_training_steps == 3

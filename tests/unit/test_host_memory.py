@@ -41,8 +41,9 @@ print(json.dumps({"applied": applied, "mmapped_while_held": while_held.hblkhd,
 
 def _probe(**env):
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    out = subprocess.run([sys.executable, "-c", PROBE], cwd=root, env={**os.environ, **env},
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE], cwd=root, env={**os.environ, **env}, capture_output=True, text=True, check=True
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

@@ -24,7 +24,9 @@ def t(x, dtype=F64):
 
 
 def close(actual, expected, atol=1e-6):
-    torch.testing.assert_close(torch.as_tensor(actual, dtype=F64), torch.as_tensor(expected, dtype=F64), atol=atol, rtol=0)
+    torch.testing.assert_close(
+        torch.as_tensor(actual, dtype=F64), torch.as_tensor(expected, dtype=F64), atol=atol, rtol=0
+    )
 
 
 def test_losses_module_imports_only_torch_and_stdlib():
@@ -263,7 +265,9 @@ def test_vanilla_clip_range_falls_back_to_clip_ratio_in_every_config_form():
     old, logp = _ratio_case([[LN(1.5)]])
     for cfg in (
         actor_section(clip_ratio=0.1, clip_ratio_low=None, clip_ratio_high=None),
-        SimpleNamespace(clip_ratio=0.1, clip_ratio_low=None, clip_ratio_high=None, clip_ratio_c=3.0, tis_imp_ratio_cap=-1),
+        SimpleNamespace(
+            clip_ratio=0.1, clip_ratio_low=None, clip_ratio_high=None, clip_ratio_c=3.0, tis_imp_ratio_cap=-1
+        ),
     ):
         loss, _ = L.compute_policy_loss_vanilla(old, logp, t([[1.0]]), t([[1]]), config=cfg)
         close(loss, -1.1)  # clipped at 1 + 0.1
@@ -272,7 +276,9 @@ def test_vanilla_clip_range_falls_back_to_clip_ratio_in_every_config_form():
 
 
 # The actor section as GSPO reads it (attribute access, as the config reaches the losses).
-GSPO_CFG = SimpleNamespace(clip_ratio=0.2, clip_ratio_low=0.2, clip_ratio_high=0.28, clip_ratio_c=3.0, tis_imp_ratio_cap=-1)
+GSPO_CFG = SimpleNamespace(
+    clip_ratio=0.2, clip_ratio_low=0.2, clip_ratio_high=0.28, clip_ratio_c=3.0, tis_imp_ratio_cap=-1
+)
 
 
 def test_gspo_sequence_ratio_by_hand_and_ignores_agg_mode():
@@ -334,7 +340,9 @@ def test_clip_cov_cuts_the_single_token_in_the_covariance_window():
     cov = _slow_cov(COV_ADV, COV_LOGP, COV_MASK)
     inside = sorted(cov, key=cov.get)[-1]  # the largest covariance; put only it in the window
     lb = sorted(cov.values())[-2] + 1e-3
-    cfg = actor_section(policy_loss={"clip_cov_ratio": 0.2, "clip_cov_lb": lb, "clip_cov_ub": cov[inside] + 1.0}, **CLIP)
+    cfg = actor_section(
+        policy_loss={"clip_cov_ratio": 0.2, "clip_cov_lb": lb, "clip_cov_ub": cov[inside] + 1.0}, **CLIP
+    )
     old, logp = _ratio_case(COV_LR, COV_LOGP)
     loss, m = L.compute_policy_loss_clip_cov(old, logp, t(COV_ADV), t(COV_MASK), "token-mean", cfg)
     cells = _unclipped_loss_cells(COV_ADV, COV_MASK)
@@ -382,7 +390,9 @@ def test_kl_cov_penalises_the_top_covariance_tokens():
     close(loss, expected)
     close(m["actor/ppo_kl"], sum(abs(COV_LR[i][j]) for i, j in cells) / 5)
     with pytest.raises(ValueError, match="kl_cov_ratio"):
-        L.compute_policy_loss_kl_cov(old, logp, t(COV_ADV), t(COV_MASK), config=actor_section(policy_loss={"kl_cov_ratio": 0}))
+        L.compute_policy_loss_kl_cov(
+            old, logp, t(COV_ADV), t(COV_MASK), config=actor_section(policy_loss={"kl_cov_ratio": 0})
+        )
 
 
 def test_cispo_by_hand():
@@ -435,7 +445,9 @@ def test_rollout_is_weights_scale_every_loss(name):
     adv, mask = t(COV_ADV), t(COV_MASK)
     plain, _ = fn(old, logp, adv, mask, "token-mean", ALL_LOSS_CFG)
     # a weight of 2 on every token: every aggregation is linear -> loss x2
-    weighted, metrics = fn(old, logp, adv, mask, "token-mean", ALL_LOSS_CFG, rollout_is_weights=torch.full_like(old, 2.0))
+    weighted, metrics = fn(
+        old, logp, adv, mask, "token-mean", ALL_LOSS_CFG, rollout_is_weights=torch.full_like(old, 2.0)
+    )
     close(weighted, 2 * plain)
     close(fn(old, logp, adv, mask, "token-mean", ALL_LOSS_CFG, rollout_is_weights=None)[0], plain)
     assert set(metrics) >= {"actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower"}
@@ -471,8 +483,15 @@ def test_policy_loss_registry():
         L.get_policy_loss_fn("nope")
 
     @L.register_policy_loss("test_custom_loss")
-    def custom(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None,
-               rollout_is_weights=None):
+    def custom(
+        old_log_prob,
+        log_prob,
+        advantages,
+        response_mask,
+        loss_agg_mode="token-mean",
+        config=None,
+        rollout_is_weights=None,
+    ):
         return log_prob.sum(), {}
 
     try:

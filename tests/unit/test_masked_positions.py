@@ -125,7 +125,7 @@ def compact(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def actor_config(*overrides: str):
     from hybrid.config import build_config
 
@@ -171,8 +171,13 @@ def loss_terms(batch: dict, loss_mode: str, agg: str) -> tuple[dict, torch.Tenso
     for name, is_weights in (("pg", None), ("pg_tis", weights)):
         torch.manual_seed(0)  # clip_cov draws the tokens it cuts
         pg_loss, pg_metrics = get_policy_loss_fn(loss_mode)(
-            old_log_prob=batch["old_log_probs"], log_prob=log_prob, advantages=batch["advantages"],
-            response_mask=mask, loss_agg_mode=agg, config=cfg, rollout_is_weights=is_weights,
+            old_log_prob=batch["old_log_probs"],
+            log_prob=log_prob,
+            advantages=batch["advantages"],
+            response_mask=mask,
+            loss_agg_mode=agg,
+            config=cfg,
+            rollout_is_weights=is_weights,
         )
         out[f"{name}/loss"] = pg_loss
         out.update({f"{name}/{k}": v for k, v in pg_metrics.items()})
@@ -210,7 +215,9 @@ def test_policy_loss_kl_and_entropy_ignore_masked_garbage(loss_mode, agg):
 def test_value_loss_ignores_masked_garbage(agg):
     def value_loss(batch):
         vpreds = (batch["values"] + 0.1).clone().requires_grad_(True)
-        loss, clipfrac = compute_value_loss(vpreds, batch["returns"], batch["values"], batch["response_mask"], 0.05, agg)
+        loss, clipfrac = compute_value_loss(
+            vpreds, batch["returns"], batch["values"], batch["response_mask"], 0.05, agg
+        )
         loss.backward()
         return {"vf_loss": loss.detach(), "vf_clipfrac": clipfrac}, vpreds.grad
 
@@ -343,15 +350,29 @@ def test_on_policy_update_and_its_engine_gap_metrics_ignore_masked_garbage(agg, 
 
 CORRECTIONS = {
     "decoupled_token_tis_and_rejection": [
-        "rollout_is=token", "rollout_rs='token_k1,seq_max_k2'", "rollout_rs_threshold='0.5_2.0,2.0'",
+        "rollout_is=token",
+        "rollout_rs='token_k1,seq_max_k2'",
+        "rollout_rs_threshold='0.5_2.0,2.0'",
     ],
     "decoupled_sequence_is_normalized": [
-        "rollout_is=sequence", "rollout_is_threshold=5.0", "rollout_is_batch_normalize=true",
-        "rollout_rs=seq_mean_k3", "rollout_rs_threshold=0.5",
+        "rollout_is=sequence",
+        "rollout_is_threshold=5.0",
+        "rollout_is_batch_normalize=true",
+        "rollout_rs=seq_mean_k3",
+        "rollout_rs_threshold=0.5",
     ],
-    "bypass_ppo_clip": ["bypass_mode=true", "rollout_is=token", "rollout_rs=seq_sum_k1", "rollout_rs_threshold='0.2_5.0'"],
+    "bypass_ppo_clip": [
+        "bypass_mode=true",
+        "rollout_is=token",
+        "rollout_rs=seq_sum_k1",
+        "rollout_rs_threshold='0.2_5.0'",
+    ],
     "bypass_reinforce": [
-        "bypass_mode=true", "loss_type=reinforce", "rollout_is=token", "rollout_rs=token_k2", "rollout_rs_threshold=0.05",
+        "bypass_mode=true",
+        "loss_type=reinforce",
+        "rollout_is=token",
+        "rollout_rs=token_k2",
+        "rollout_rs_threshold=0.05",
     ],
 }
 
@@ -361,7 +382,9 @@ CORRECTIONS = {
 def test_rollout_correction_ignores_masked_garbage(name, agg):
     overrides = [f"algorithm.rollout_correction.{o}" for o in CORRECTIONS[name]]
     config = actor_config(f"actor_rollout_ref.actor.loss_agg_mode={agg}", *overrides)
-    metrics = check_update(config.actor_rollout_ref.actor, on_policy=False, correction=config.algorithm.rollout_correction)
+    metrics = check_update(
+        config.actor_rollout_ref.actor, on_policy=False, correction=config.algorithm.rollout_correction
+    )
     corr = {k for k in metrics if k.startswith("rollout_corr/")}
     assert {"rollout_corr/kl", "rollout_corr/rollout_is_mean"} <= corr, sorted(corr)
     assert any(k.startswith("rollout_corr/rollout_rs_") for k in corr), sorted(corr)

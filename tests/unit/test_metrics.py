@@ -164,10 +164,12 @@ def test_throughput_counts_attended_tokens_per_device():
 
 
 def test_reduce_metrics_means_over_entries_and_lists():
-    out = reduce_metrics([
-        {"a": 1.0, "b": torch.tensor([1.0, 3.0])},
-        {"a": 3, "c": [1.0, 2.0]},
-    ])
+    out = reduce_metrics(
+        [
+            {"a": 1.0, "b": torch.tensor([1.0, 3.0])},
+            {"a": 3, "c": [1.0, 2.0]},
+        ]
+    )
     assert out == {"a": 2.0, "b": 2.0, "c": 1.5}
 
 
@@ -279,7 +281,10 @@ def test_memory_metrics_driver_largest_rank_and_gpu_peak():
     driver = {"pid": 1, "rss_gb": 0.7, "fds": 30, "threads": 20}
     assert compute_memory_metrics(driver) == {"perf/cpu_memory_rss_gb": 0.7}
     workers = [{"rss_gb": 2.1, "fds": 90, "threads": 60}, {"rss_gb": 2.4, "fds": 91, "threads": 61}]
-    assert compute_memory_metrics(driver, workers) == {"perf/cpu_memory_rss_gb": 0.7, "perf/worker_cpu_memory_rss_gb": 2.4}
+    assert compute_memory_metrics(driver, workers) == {
+        "perf/cpu_memory_rss_gb": 0.7,
+        "perf/worker_cpu_memory_rss_gb": 2.4,
+    }
     gpus = [dict(w, max_memory_allocated_gb=10.0 + i, max_memory_reserved_gb=12.0) for i, w in enumerate(workers)]
     metrics = compute_memory_metrics(driver, gpus)
     assert metrics["perf/max_memory_allocated_gb"] == 11.0 and metrics["perf/max_memory_reserved_gb"] == 12.0

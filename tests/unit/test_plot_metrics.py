@@ -21,7 +21,10 @@ ALL_PLOTS = {"reward.png", "kl_entropy.png", "response_length.png", "timing.png"
 def run_script(*args):
     return subprocess.run(
         [sys.executable, "-m", "scripts.plot_metrics", *map(str, args)],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
@@ -30,11 +33,19 @@ def full_rows(steps=6):
     for s in range(1, steps + 1):
         row = {
             "step": s,
-            "critic/score/mean": 0.1 * s, "critic/score/min": 0.0, "critic/score/max": 1.0,
-            "actor/kl_loss": 0.001 * s, "actor/entropy": 2.0 - 0.1 * s,
-            "response_length/mean": 20.0 - s, "response_length/max": 48.0,
-            "timing_s/gen": 3.0, "timing_s/update_weights": 0.5, "timing_s/reward": 0.1,
-            "timing_s/old_log_prob": 1.0, "timing_s/update_actor": 2.0, "timing_s/step": 6.2,
+            "critic/score/mean": 0.1 * s,
+            "critic/score/min": 0.0,
+            "critic/score/max": 1.0,
+            "actor/kl_loss": 0.001 * s,
+            "actor/entropy": 2.0 - 0.1 * s,
+            "response_length/mean": 20.0 - s,
+            "response_length/max": 48.0,
+            "timing_s/gen": 3.0,
+            "timing_s/update_weights": 0.5,
+            "timing_s/reward": 0.1,
+            "timing_s/old_log_prob": 1.0,
+            "timing_s/update_actor": 2.0,
+            "timing_s/step": 6.2,
         }
         if s % 3 == 0:
             row["val-core/arithmetic/reward/mean@1"] = 0.1 + 0.05 * s

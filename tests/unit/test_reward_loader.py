@@ -28,9 +28,18 @@ def _config(path=None, name="compute_score", manager="naive", fn_kwargs=None, ma
                 "reward_manager": manager,
                 "sandbox_fusion": None,
                 "reward_kwargs": manager_kwargs
-                or {"timeout_s": 10, "num_processes": 2, "overlong_buffer": {"enable": False, "len": 16, "penalty_factor": 1.0, "log": False}, "max_resp_len": 48},
+                or {
+                    "timeout_s": 10,
+                    "num_processes": 2,
+                    "overlong_buffer": {"enable": False, "len": 16, "penalty_factor": 1.0, "log": False},
+                    "max_resp_len": 48,
+                },
             },
-            "custom_reward_function": {"path": None if path is None else str(path), "name": name, "reward_kwargs": fn_kwargs or {}},
+            "custom_reward_function": {
+                "path": None if path is None else str(path),
+                "name": name,
+                "reward_kwargs": fn_kwargs or {},
+            },
         }
     )
 
@@ -68,13 +77,18 @@ def test_loads_and_binds_reward_kwargs(tmp_path):
 
 
 def test_missing_file(tmp_path):
-    with pytest.raises(FileNotFoundError, match=r"custom_reward_function.path: reward function file '.*nowhere.py' not found"):
+    with pytest.raises(
+        FileNotFoundError, match=r"custom_reward_function.path: reward function file '.*nowhere.py' not found"
+    ):
         get_custom_reward_fn(_config(tmp_path / "nowhere.py"))
 
 
 def test_missing_function_lists_what_is_there(tmp_path):
     path = _write(tmp_path, GOOD)
-    with pytest.raises(AttributeError, match=r"reward function 'compute_scores' not found in .*my_reward.py; functions defined there: \['batch_score', 'compute_score'\]"):
+    with pytest.raises(
+        AttributeError,
+        match=r"reward function 'compute_scores' not found in .*my_reward.py; functions defined there: \['batch_score', 'compute_score'\]",
+    ):
         get_custom_reward_fn(_config(path, name="compute_scores"))
 
 
@@ -86,7 +100,10 @@ def test_not_callable(tmp_path):
 
 def test_signature_that_cannot_take_the_reward_arguments(tmp_path):
     path = _write(tmp_path, "def compute_score(solution_str, ground_truth):\n    return 1.0\n")
-    with pytest.raises(TypeError, match=r"reward function compute_score in .*my_reward.py cannot be called as f\(data_source, solution_str, ground_truth, extra_info\)"):
+    with pytest.raises(
+        TypeError,
+        match=r"reward function compute_score in .*my_reward.py cannot be called as f\(data_source, solution_str, ground_truth, extra_info\)",
+    ):
         get_custom_reward_fn(_config(path))
     # A per-sample function where the batch manager wants lists, and the other way round.
     good = _write(tmp_path, GOOD, name="good.py")
@@ -94,7 +111,9 @@ def test_signature_that_cannot_take_the_reward_arguments(tmp_path):
         get_custom_reward_fn(_config(good, manager="batch"))
     assert get_custom_reward_fn(_config(good, name="batch_score", manager="batch")) is not None
     # A reward_kwargs key the function does not take.
-    with pytest.raises(TypeError, match="compute_score in .*good.py cannot be called.*unexpected keyword argument 'bonnus'"):
+    with pytest.raises(
+        TypeError, match="compute_score in .*good.py cannot be called.*unexpected keyword argument 'bonnus'"
+    ):
         get_custom_reward_fn(_config(good, fn_kwargs={"bonnus": 1}))
 
 
@@ -106,7 +125,9 @@ def test_file_that_fails_to_import(tmp_path):
 
 def test_manager_names():
     assert get_reward_manager_cls("prime") is PrimeRewardManager
-    with pytest.raises(ValueError, match="unknown reward_model.reward_manager 'fancy'; known: naive, prime, batch, dapo"):
+    with pytest.raises(
+        ValueError, match="unknown reward_model.reward_manager 'fancy'; known: naive, prime, batch, dapo"
+    ):
         get_reward_manager_cls("fancy")
 
 
@@ -120,7 +141,10 @@ def test_load_reward_manager_builds_each_kind(tokenizer, tmp_path):
     prime.close()
 
     dapo = load_reward_manager(
-        _config(manager="dapo", manager_kwargs={"overlong_buffer": {"enable": True, "len": 4, "penalty_factor": 0.5}, "max_resp_len": 10}),
+        _config(
+            manager="dapo",
+            manager_kwargs={"overlong_buffer": {"enable": True, "len": 4, "penalty_factor": 0.5}, "max_resp_len": 10},
+        ),
         tokenizer,
         num_examine=0,
     )
@@ -140,7 +164,11 @@ def test_load_reward_manager_builds_each_kind(tokenizer, tmp_path):
 def test_bad_manager_settings_fail_at_load(tokenizer):
     with pytest.raises(ValueError, match="overlong_buffer.len=64 must be in \\(0, max_resp_len=48\\]"):
         load_reward_manager(
-            _config(manager="dapo", manager_kwargs={"overlong_buffer": {"enable": True, "len": 64}, "max_resp_len": 48}), tokenizer, 0
+            _config(
+                manager="dapo", manager_kwargs={"overlong_buffer": {"enable": True, "len": 64}, "max_resp_len": 48}
+            ),
+            tokenizer,
+            0,
         )
     with pytest.raises(TypeError, match="cannot be pickled"):
         PrimeRewardManager(tokenizer, 0, compute_score=lambda **kw: 1.0)
@@ -171,7 +199,9 @@ def test_reward_kwargs_reach_the_gsm8k_scorer_from_the_command_line(tokenizer, t
 
 
 def test_reward_kwargs_no_default_scorer_takes_fail_at_load(tokenizer):
-    with pytest.raises(TypeError, match=r"reward_model.reward_kwargs: no default scorer takes 'lenint'.*gsm8k: .*lenient"):
+    with pytest.raises(
+        TypeError, match=r"reward_model.reward_kwargs: no default scorer takes 'lenint'.*gsm8k: .*lenient"
+    ):
         load_reward_manager(_config(manager_kwargs={"timeout_s": 10, "lenint": True}), tokenizer, num_examine=0)
     # The batch manager's default scores through the same scorers.
     with pytest.raises(TypeError, match=r"no default scorer takes 'lenint'"):

@@ -130,7 +130,11 @@ def test_dict_scores_give_extra_info_and_num_examine_prints(tokenizer, reward_fi
     assert out["reward_tensor"][1, lengths[1] - 1] == 1.0
     assert out["reward_tensor"][2].abs().sum() == 0.0
     # Every list has one entry per sample; samples that returned a number leave None.
-    assert out["reward_extra_info"] == {"score": [0.5, None, None], "acc": [True, None, None], "pred": ["a dict", None, None]}
+    assert out["reward_extra_info"] == {
+        "score": [0.5, None, None],
+        "acc": [True, None, None],
+        "pred": ["a dict", None, None],
+    }
     printed = capsys.readouterr().out
     assert printed.count("[response]") == 2  # one per data source
     assert "[prompt] What is 0?" in printed and "[ground_truth] 6" in printed
@@ -139,9 +143,18 @@ def test_dict_scores_give_extra_info_and_num_examine_prints(tokenizer, reward_fi
 @pytest.mark.parametrize(
     "response,message",
     [
-        ("nan", r"per_sample in .*rewards.py on sample 1 \(data_source='arithmetic'\) returned nan; scores must be finite"),
-        ("text", r"per_sample in .*rewards.py on sample 1 \(data_source='arithmetic'\) returned str 'high'; a score must be a number"),
-        ("boom", r"reward function per_sample in .*rewards.py raised on sample 1 \(data_source='arithmetic'\): ZeroDivisionError"),
+        (
+            "nan",
+            r"per_sample in .*rewards.py on sample 1 \(data_source='arithmetic'\) returned nan; scores must be finite",
+        ),
+        (
+            "text",
+            r"per_sample in .*rewards.py on sample 1 \(data_source='arithmetic'\) returned str 'high'; a score must be a number",
+        ),
+        (
+            "boom",
+            r"reward function per_sample in .*rewards.py raised on sample 1 \(data_source='arithmetic'\): ZeroDivisionError",
+        ),
         ("nodict", r"sample 1 .* returned a dict without 'score' \(keys: \['acc'\]\)"),
     ],
 )
@@ -154,7 +167,10 @@ def test_bad_scores_fail_loudly_naming_the_sample(tokenizer, reward_file, respon
 
 def test_unknown_data_source_with_the_default_scorer(tokenizer):
     data, _ = make_batch(tokenizer, ["1", "2"], ["1", "2"], sources=["arithmetic", "mystery/set"])
-    with pytest.raises(RewardFunctionError, match=r"raised on sample 1 \(data_source='mystery/set'\): ValueError: no default scorer for data_source 'mystery/set'; known data sources: openai/gsm8k"):
+    with pytest.raises(
+        RewardFunctionError,
+        match=r"raised on sample 1 \(data_source='mystery/set'\): ValueError: no default scorer for data_source 'mystery/set'; known data sources: openai/gsm8k",
+    ):
         NaiveRewardManager(tokenizer, num_examine=0)(data)
 
 
@@ -179,7 +195,9 @@ def test_dapo_overlong_penalty_by_hand(tokenizer):
 
 def test_batch_manager_gets_lists(tokenizer, reward_file):
     data, lengths = make_batch(tokenizer, ["so 4", "so 5"], ["4", "4"])
-    manager = BatchRewardManager(tokenizer, 0, compute_score=load_fn(reward_file, "per_batch", manager="batch"), scale=2.0)
+    manager = BatchRewardManager(
+        tokenizer, 0, compute_score=load_fn(reward_file, "per_batch", manager="batch"), scale=2.0
+    )
     reward = manager(data)
     assert reward[0, lengths[0] - 1] == 2.0 and reward[1].abs().sum() == 0
     short = BatchRewardManager(tokenizer, 0, compute_score=load_fn(reward_file, "short_batch", manager="batch"))

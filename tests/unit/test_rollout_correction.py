@@ -22,13 +22,25 @@ def t(x, dtype=F32):
 
 
 def close(actual, expected, atol=1e-6):
-    torch.testing.assert_close(torch.as_tensor(actual, dtype=torch.float64), torch.as_tensor(expected, dtype=torch.float64), atol=atol, rtol=1e-6)
+    torch.testing.assert_close(
+        torch.as_tensor(actual, dtype=torch.float64),
+        torch.as_tensor(expected, dtype=torch.float64),
+        atol=atol,
+        rtol=1e-6,
+    )
 
 
 def section(**kw):
     """An algorithm.rollout_correction section (attribute access, as the config reaches workers)."""
-    base = dict(rollout_is=None, rollout_is_threshold=2.0, rollout_is_batch_normalize=False, rollout_rs=None,
-                rollout_rs_threshold=None, bypass_mode=False, loss_type="ppo_clip")
+    base = dict(
+        rollout_is=None,
+        rollout_is_threshold=2.0,
+        rollout_is_batch_normalize=False,
+        rollout_rs=None,
+        rollout_rs_threshold=None,
+        bypass_mode=False,
+        loss_type="ppo_clip",
+    )
     base.update(kw)
     return SimpleNamespace(**base)
 
@@ -270,8 +282,11 @@ def verl_reference(old, rollout, mask, s):
 
     def mm(x, m, axis=None):
         m = m.to(x.dtype)
-        return torch.where(m.bool(), x, 0).mul(m).sum(axis) / (m.sum(axis) + 1e-8) if axis is not None else \
-            torch.where(m.bool(), x, 0).mul(m).sum() / (m.sum() + 1e-8)
+        return (
+            torch.where(m.bool(), x, 0).mul(m).sum(axis) / (m.sum(axis) + 1e-8)
+            if axis is not None
+            else torch.where(m.bool(), x, 0).mul(m).sum() / (m.sum() + 1e-8)
+        )
 
     lr = old - rollout
     out = {}
@@ -311,8 +326,10 @@ def verl_reference(old, rollout, mask, s):
         out[f"{name}_seq_std"] = seq_values.std()
         out[f"{name}_seq_max_deviation"] = seq_values.abs().max()
         low, up = option.bounds
-        out[f"{name}_std"] = torch.sqrt(mm(stat.clamp(low if low is not None else 0.0, up).square(), mask)
-                                        - mm(stat.clamp(low if low is not None else 0.0, up), mask) ** 2)
+        out[f"{name}_std"] = torch.sqrt(
+            mm(stat.clamp(low if low is not None else 0.0, up).square(), mask)
+            - mm(stat.clamp(low if low is not None else 0.0, up), mask) ** 2
+        )
         if option.reduction == "token":
             out[f"{name}_fraction_high"] = mm((stat > up).float(), mask)
         else:
@@ -323,8 +340,12 @@ def verl_reference(old, rollout, mask, s):
 CASES = [
     dict(rollout_is="token", rollout_is_threshold=1.5),
     dict(rollout_is="sequence", rollout_is_threshold="0.5_3.0"),
-    dict(rollout_is="token", rollout_is_threshold=2.0, rollout_rs="token_k1,seq_mean_k3,seq_max_k2",
-         rollout_rs_threshold="0.8_1.25,0.05,0.1"),
+    dict(
+        rollout_is="token",
+        rollout_is_threshold=2.0,
+        rollout_rs="token_k1,seq_mean_k3,seq_max_k2",
+        rollout_rs_threshold="0.8_1.25,0.05,0.1",
+    ),
     dict(rollout_rs="seq_sum_k1,token_k2", rollout_rs_threshold="0.5_2.0,0.02"),
 ]
 
@@ -350,7 +371,9 @@ def test_metrics_follow_verl_formulas(case):
     assert all(key.startswith("rollout_corr/") for key in metrics)
     if s.rejection:
         kept = mask * corr.keep
-        assert metrics["rollout_corr/rollout_rs_masked_fraction"] == pytest.approx(float(1 - kept.sum() / mask.sum()), abs=1e-6)
+        assert metrics["rollout_corr/rollout_rs_masked_fraction"] == pytest.approx(
+            float(1 - kept.sum() / mask.sum()), abs=1e-6
+        )
 
 
 @pytest.mark.parametrize("case", CASES, ids=["token_tis", "seq_icepop", "token_tis_3rs", "rs_only"])
@@ -407,17 +430,32 @@ def test_config_section_defaults_and_refusals():
     ok = build_config([key + "rollout_rs='token_k1,seq_max_k2'", key + "rollout_rs_threshold='0.5_2.0,3'"])
     assert ok.algorithm.rollout_correction.reads_old_log_probs_first
     with pytest.raises(ConfigError) as err:
-        build_config([
-            key + "rollout_is=geometric", key + "rollout_rs=geometric", key + "rollout_rs_threshold=1.01",
-            key + "loss_type=reinforce", "actor_rollout_ref.actor.tis_imp_ratio_cap=2",
-        ])
+        build_config(
+            [
+                key + "rollout_is=geometric",
+                key + "rollout_rs=geometric",
+                key + "rollout_rs_threshold=1.01",
+                key + "loss_type=reinforce",
+                "actor_rollout_ref.actor.tis_imp_ratio_cap=2",
+            ]
+        )
     message = str(err.value)
     for expected in (
-        "rollout_is='geometric' is not supported", "verl 0.9 spells it seq_mean_k1",
-        "loss_type='reinforce' is the loss of bypass mode", "tis_imp_ratio_cap=2.0 is verl's older spelling",
+        "rollout_is='geometric' is not supported",
+        "verl 0.9 spells it seq_mean_k1",
+        "loss_type='reinforce' is the loss of bypass mode",
+        "tis_imp_ratio_cap=2.0 is verl's older spelling",
     ):
         assert expected in message, message
-    with pytest.raises(ConfigError, match="rollout_is_batch_normalize=True normalises importance weights, but rollout_is=null"):
+    with pytest.raises(
+        ConfigError, match="rollout_is_batch_normalize=True normalises importance weights, but rollout_is=null"
+    ):
         build_config([key + "rollout_is_batch_normalize=true"])
     with pytest.raises(ConfigError, match="loss_mode='gspo' would be ignored"):
-        build_config([key + "bypass_mode=true", key + "loss_type=reinforce", "actor_rollout_ref.actor.policy_loss.loss_mode=gspo"])
+        build_config(
+            [
+                key + "bypass_mode=true",
+                key + "loss_type=reinforce",
+                "actor_rollout_ref.actor.policy_loss.loss_mode=gspo",
+            ]
+        )

@@ -54,8 +54,15 @@ def typed(request):
 
 @pytest.mark.parametrize(
     "verl_value,engine_value",
-    [("dummy_dtensor", "dummy"), ("dummy_hf", "dummy"), ("dummy", "dummy"),
-     ("dtensor", "auto"), ("hf", "auto"), ("auto", "auto"), ("safetensors", "safetensors")],
+    [
+        ("dummy_dtensor", "dummy"),
+        ("dummy_hf", "dummy"),
+        ("dummy", "dummy"),
+        ("dtensor", "auto"),
+        ("hf", "auto"),
+        ("auto", "auto"),
+        ("safetensors", "safetensors"),
+    ],
 )
 def test_load_format_means_what_verl_says(verl_value, engine_value):
     assert engine_load_format(verl_value) == engine_value
@@ -64,7 +71,10 @@ def test_load_format_means_what_verl_says(verl_value, engine_value):
 
 @pytest.mark.parametrize("value", ["megatron", "dummy_megatron"])
 def test_megatron_load_formats_are_refused_with_the_reason(value):
-    with pytest.raises(ValueError, match=rf"{R}.load_format='{value}' is verl's weight loader for a Megatron actor.*FSDP only.*dummy_dtensor"):
+    with pytest.raises(
+        ValueError,
+        match=rf"{R}.load_format='{value}' is verl's weight loader for a Megatron actor.*FSDP only.*dummy_dtensor",
+    ):
         engine_load_format(value)
 
 
@@ -96,7 +106,12 @@ def test_every_sampling_key_lands_in_vllm_sampling_params(typed):
 
 def test_defaults_switch_every_extra_filter_off(typed):
     params = vllm_sampling_params(sampling_settings(rollout_section(typed=typed), {}))
-    assert (params.min_p, params.repetition_penalty, params.presence_penalty, params.frequency_penalty) == (0.0, 1.0, 0.0, 0.0)
+    assert (params.min_p, params.repetition_penalty, params.presence_penalty, params.frequency_penalty) == (
+        0.0,
+        1.0,
+        0.0,
+        0.0,
+    )
     assert not params.stop and not params.stop_token_ids and params.ignore_eos is False
     assert params.detokenize is False  # token ids only: no text is needed
 
@@ -104,19 +119,36 @@ def test_defaults_switch_every_extra_filter_off(typed):
 def test_greedy_training_call_keeps_penalties_and_stops(typed):
     cfg = rollout_section(*SAMPLING_OVERRIDES, f"{R}.do_sample=false", typed=typed)
     settings = sampling_settings(cfg, {})
-    assert settings.greedy and (settings.n, settings.temperature, settings.top_p, settings.top_k, settings.min_p) == (1, 0.0, 1.0, -1, 0.0)
+    assert settings.greedy and (settings.n, settings.temperature, settings.top_p, settings.top_k, settings.min_p) == (
+        1,
+        0.0,
+        1.0,
+        -1,
+        0.0,
+    )
     params = vllm_sampling_params(settings)
     assert params.temperature == 0.0 and params.n == 1
     assert params.repetition_penalty == pytest.approx(1.3) and params.presence_penalty == pytest.approx(0.4)
     assert params.stop == ["</answer>", "STOP"] and set(params.stop_token_ids) == {7, 11}
     # meta_info may ask for sampling (or not) per call, and for n and temperature.
     sampled = sampling_settings(cfg, {"do_sample": True, "n": 2, "temperature": 0.5})
-    assert not sampled.greedy and (sampled.n, sampled.temperature, sampled.top_k, sampled.min_p) == (2, 0.5, 20, pytest.approx(0.05))
+    assert not sampled.greedy and (sampled.n, sampled.temperature, sampled.top_k, sampled.min_p) == (
+        2,
+        0.5,
+        20,
+        pytest.approx(0.05),
+    )
 
 
 def test_validation_uses_val_kwargs(typed):
     greedy = sampling_settings(rollout_section(*SAMPLING_OVERRIDES, typed=typed), {"validate": True})
-    assert greedy.greedy and (greedy.n, greedy.temperature, greedy.top_k, greedy.top_p, greedy.min_p) == (1, 0.0, -1, 1.0, 0.0)
+    assert greedy.greedy and (greedy.n, greedy.temperature, greedy.top_k, greedy.top_p, greedy.min_p) == (
+        1,
+        0.0,
+        -1,
+        1.0,
+        0.0,
+    )
     assert greedy.repetition_penalty == pytest.approx(1.3) and greedy.stop == ("</answer>", "STOP")
 
     cfg = rollout_section(
@@ -130,10 +162,17 @@ def test_validation_uses_val_kwargs(typed):
     )
     sampled = sampling_settings(cfg, {"validate": True})
     assert not sampled.greedy
-    assert (sampled.n, sampled.temperature, sampled.top_k, sampled.top_p) == (2, pytest.approx(0.6), 5, pytest.approx(0.8))
+    assert (sampled.n, sampled.temperature, sampled.top_k, sampled.top_p) == (
+        2,
+        pytest.approx(0.6),
+        5,
+        pytest.approx(0.8),
+    )
     assert sampled.min_p == pytest.approx(0.05)  # not a val_kwargs key: the rollout's
     # A sampling validation at temperature 0 is greedy (verl's rule).
-    cold = rollout_section(f"{R}.val_kwargs.do_sample=true", f"{R}.val_kwargs.temperature=0", f"{R}.val_kwargs.n=4", typed=typed)
+    cold = rollout_section(
+        f"{R}.val_kwargs.do_sample=true", f"{R}.val_kwargs.temperature=0", f"{R}.val_kwargs.n=4", typed=typed
+    )
     assert sampling_settings(cold, {"validate": True}).n == 1
 
 
@@ -168,7 +207,9 @@ def test_values_vllm_refuses_name_the_section():
 
 
 def test_hf_generation_config_maps_what_generate_supports():
-    cfg = rollout_section(*[o for o in SAMPLING_OVERRIDES if "presence" not in o and "frequency" not in o and "ignore_eos" not in o])
+    cfg = rollout_section(
+        *[o for o in SAMPLING_OVERRIDES if "presence" not in o and "frequency" not in o and "ignore_eos" not in o]
+    )
     gen = hf_generation_config(sampling_settings(cfg, {}), pad_token_id=2, eos_token_ids={2})
     assert gen.do_sample is True and gen.num_return_sequences == 3 and gen.max_new_tokens == 40
     assert (gen.temperature, gen.top_k, gen.top_p, gen.min_p, gen.repetition_penalty) == (0.7, 20, 0.9, 0.05, 1.3)
@@ -186,7 +227,10 @@ def test_hf_generation_config_maps_what_generate_supports():
 @pytest.mark.parametrize("key", ["presence_penalty", "frequency_penalty"])
 def test_hf_refuses_penalties_generate_does_not_have(key):
     settings = sampling_settings(rollout_section(f"{R}.{key}=0.5"), {})
-    with pytest.raises(ValueError, match=rf"{R}.{key}=0.5: transformers' generate has no equivalent.*set it to 0 or use rollout.name=vllm"):
+    with pytest.raises(
+        ValueError,
+        match=rf"{R}.{key}=0.5: transformers' generate has no equivalent.*set it to 0 or use rollout.name=vllm",
+    ):
         hf_generation_config(settings, 2, {2})
 
 
@@ -199,6 +243,17 @@ def test_hf_refuses_ignore_eos_with_stop_token_ids():
 def test_settings_are_engine_neutral():
     # One object both engines translate; nothing engine-specific lives in it.
     assert {f for f in SamplingSettings.__dataclass_fields__} == {
-        "n", "temperature", "top_p", "top_k", "min_p", "max_tokens", "greedy", "ignore_eos",
-        "repetition_penalty", "presence_penalty", "frequency_penalty", "stop", "stop_token_ids",
+        "n",
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "max_tokens",
+        "greedy",
+        "ignore_eos",
+        "repetition_penalty",
+        "presence_penalty",
+        "frequency_penalty",
+        "stop",
+        "stop_token_ids",
     }

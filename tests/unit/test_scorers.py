@@ -11,8 +11,8 @@ import pytest
 
 from hybrid.config import load_config
 from hybrid.data import RLHFDataset
-from reward.scorers import default_compute_score, gsm8k, known_data_sources
 from reward.scorers import arithmetic as arithmetic_scorer
+from reward.scorers import default_compute_score, gsm8k, known_data_sources
 from reward.scorers import math as math_scorer
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "data_preprocess"
@@ -126,7 +126,9 @@ GSM8K_TABLE = [
 
 
 @pytest.mark.parametrize("response,truth,strict,flexible,lenient_strict,lenient_flexible", GSM8K_TABLE)
-def test_gsm8k_scores_match_verl_and_lenient_option(response, truth, strict, flexible, lenient_strict, lenient_flexible):
+def test_gsm8k_scores_match_verl_and_lenient_option(
+    response, truth, strict, flexible, lenient_strict, lenient_flexible
+):
     def score(**kw):
         return gsm8k.compute_score(response, truth, format_score=0.1, **kw)
 
@@ -151,7 +153,9 @@ def test_default_scorer_kwargs_go_to_the_scorers_that_take_them():
     assert default_compute_score("lighteval/MATH", "\\boxed{3}", "3", lenient=True, method="flexible") == 1.0
     assert default_compute_score("arithmetic", "1 + 2 = 3", "3", lenient=True) == 1.0
     assert default_compute_score("openai/gsm8k", "#### 18.0", "18", lenient=True) == 1.0
-    with pytest.raises(TypeError, match=r"reward_model.reward_kwargs: no default scorer takes 'lenent'.*gsm8k: .*lenient"):
+    with pytest.raises(
+        TypeError, match=r"reward_model.reward_kwargs: no default scorer takes 'lenent'.*gsm8k: .*lenient"
+    ):
         default_compute_score("openai/gsm8k", "#### 18", "18", lenent=True)
 
 

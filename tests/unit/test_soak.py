@@ -9,14 +9,19 @@ from scripts.soak import format_summary, growth_percent, per_process_series, sum
 
 
 def _record(step, driver_rss, worker_rss, fds=40, threads=30):
-    return {"step": step, "driver": {"rss_gb": driver_rss, "fds": fds, "threads": threads},
-            "workers": [{"rss_gb": r, "fds": fds + 60, "threads": threads + 30} for r in worker_rss]}
+    return {
+        "step": step,
+        "driver": {"rss_gb": driver_rss, "fds": fds, "threads": threads},
+        "workers": [{"rss_gb": r, "fds": fds + 60, "threads": threads + 30} for r in worker_rss],
+    }
 
 
 def test_growth_is_from_the_first_step_after_warm_up_to_the_last():
     steps = [1, 10, 20, 21, 200]
     assert growth_percent(steps, [0.5, 0.9, 1.0, 1.2, 1.03], from_step=20) == pytest.approx(3.0)
-    assert growth_percent(steps, [0.5, 0.9, 1.0, 1.2, 0.95], from_step=15) == pytest.approx(-5.0)  # first step >= 15 is 20
+    assert growth_percent(steps, [0.5, 0.9, 1.0, 1.2, 0.95], from_step=15) == pytest.approx(
+        -5.0
+    )  # first step >= 15 is 20
 
 
 def test_growth_needs_two_records_after_warm_up_and_a_positive_start():

@@ -25,7 +25,9 @@ def read_jsonl(path):
 
 def test_file_backend_writes_one_json_line_per_step(tmp_path):
     tracker = Tracking("p", "e", default_backend=["file"], local_dir=tmp_path / "run")
-    tracker.log({"critic/score/mean": 0.5, "timing_s/gen": np.float32(1.5), "perf/throughput": torch.tensor(7.0)}, step=1)
+    tracker.log(
+        {"critic/score/mean": 0.5, "timing_s/gen": np.float32(1.5), "perf/throughput": torch.tensor(7.0)}, step=1
+    )
     tracker.log({"critic/score/mean": float("nan"), "x": float("inf"), "n": np.int64(3), "ok": True}, step=2)
     tracker.finish()
     rows = read_jsonl(tmp_path / "run" / "metrics.jsonl")

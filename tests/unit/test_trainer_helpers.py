@@ -37,11 +37,17 @@ def test_summary_names_the_held_out_set_by_its_distinct_count(tmp_path, capsys):
     from hybrid.console import print_summary
 
     config = build_config([f"trainer.default_local_dir={tmp_path}"])
-    before = {"val-core/arithmetic/reward/mean@1": 0.25, "val-aux/num_prompts": 200.0, "val-aux/num_distinct_prompts": 103.0}
+    before = {
+        "val-core/arithmetic/reward/mean@1": 0.25,
+        "val-aux/num_prompts": 200.0,
+        "val-aux/num_distinct_prompts": 103.0,
+    }
     after = {"val-core/arithmetic/reward/mean@1": 0.75}
     print_summary(config, {"steps": 3, "minutes": 1.5, "val_before": before, "val_after": after})
     out = capsys.readouterr().out
-    assert "validation accuracy (greedy) on 103 distinct held-out prompts (200 rows): before 0.250 -> after 0.750" in out
+    assert (
+        "validation accuracy (greedy) on 103 distinct held-out prompts (200 rows): before 0.250 -> after 0.750" in out
+    )
     before["val-aux/num_prompts"] = 103.0
     print_summary(config, {"steps": 3, "minutes": 1.5, "val_before": before, "val_after": after})
     out = capsys.readouterr().out
@@ -60,7 +66,9 @@ def test_rays_token_auth_notice_is_dropped_and_its_other_warnings_kept(caplog):
     drop_harmless_warnings(logger)
     try:
         with caplog.at_level(logging.WARNING, logger=RAY_AUTH_LOGGER):
-            logger.warning("Token authentication is enabled for this Ray cluster. Set RAY_AUTH_MODE=disabled to opt out.")
+            logger.warning(
+                "Token authentication is enabled for this Ray cluster. Set RAY_AUTH_MODE=disabled to opt out."
+            )
             logger.warning("Token authentication is disabled for this Ray cluster. Anyone with network access ...")
     finally:
         logger.filters = [f for f in logger.filters if not isinstance(f, HarmlessWarnings)]
@@ -73,9 +81,12 @@ def test_header_says_what_runs_and_where_files_go(tmp_path, capsys):
     from hybrid.config import build_config
     from hybrid.console import print_header
 
-    config = build_config([f"trainer.default_local_dir={tmp_path}", "actor_rollout_ref.model.path=/models/SmolLM2-135M/"])
+    config = build_config(
+        [f"trainer.default_local_dir={tmp_path}", "actor_rollout_ref.model.path=/models/SmolLM2-135M/"]
+    )
     loaders = SimpleNamespace(
-        train_dataloader=SimpleNamespace(dataset=range(2000)), val_dataloader=SimpleNamespace(dataset=range(200)),
+        train_dataloader=SimpleNamespace(dataset=range(2000)),
+        val_dataloader=SimpleNamespace(dataset=range(200)),
         total_training_steps=15,
     )
     print_header(config, loaders)
@@ -154,7 +165,9 @@ def _validation_console(config, tokenizer, tmp_path, capsys) -> str:
     responses = tokenizer.batch_decode(data.batch["responses"], skip_special_tokens=True)
     k = config.trainer.log_val_generations
     if k:
-        ValidationGenerationsLogger(tmp_path).log(config.trainer.logger, list(zip(prompts, responses, scores))[:k], step=0)
+        ValidationGenerationsLogger(tmp_path).log(
+            config.trainer.logger, list(zip(prompts, responses, scores))[:k], step=0
+        )
     return capsys.readouterr().out
 
 

@@ -38,7 +38,14 @@ def test_default_config_is_frozen_and_typed():
 
 
 def test_derived_values_are_properties_not_keys():
-    config = build_config([f"{ARR}.rollout.n=3", f"{ARR}.actor.ppo_mini_batch_size=4", f"{ARR}.actor.ppo_micro_batch_size_per_gpu=4", "data.train_batch_size=8"])
+    config = build_config(
+        [
+            f"{ARR}.rollout.n=3",
+            f"{ARR}.actor.ppo_mini_batch_size=4",
+            f"{ARR}.actor.ppo_micro_batch_size_per_gpu=4",
+            "data.train_batch_size=8",
+        ]
+    )
     assert config.actor_rollout_ref.mini_batch_samples == 12
     assert config.world_size == 1
     assert config.use_critic is False and config.use_reference_policy is False
@@ -86,9 +93,9 @@ def test_literal_choices_exist_where_they_are_implemented():
     """Choices the config lists itself (not from a registry) are each accepted by the code."""
     import torch
 
-    from hybrid.data import TRUNCATION_MODES
     from hybrid.config.schema import DataConfig, OptimConfig
     from hybrid.config.typed import OneOf, section_fields
+    from hybrid.data import TRUNCATION_MODES
     from workers.fsdp_utils import build_lr_scheduler
 
     def choices(cls, name):
@@ -105,7 +112,10 @@ def test_literal_choices_exist_where_they_are_implemented():
 
 def test_full_kl_is_refused_with_the_reason():
     message = problems_of([f"{ARR}.actor.kl_loss_type=full", "algorithm.kl_penalty=full"])
-    assert f"{ARR}.actor.kl_loss_type='full' is not supported: the 'full' KL needs log-probs over the whole vocabulary" in message
+    assert (
+        f"{ARR}.actor.kl_loss_type='full' is not supported: the 'full' KL needs log-probs over the whole vocabulary"
+        in message
+    )
     assert "algorithm.kl_penalty='full' is not supported" in message
 
 
@@ -155,16 +165,20 @@ def test_added_key_that_nothing_reads_is_refused():
 
 def test_plugin_registers_an_estimator(tmp_path, monkeypatch):
     plugin = tmp_path / "my_estimators.py"
-    plugin.write_text(textwrap.dedent('''
+    plugin.write_text(
+        textwrap.dedent("""
         from hybrid.core_algos import register_adv_est, get_adv_estimator_fn
 
         @register_adv_est("grpo_plugin_test")
         def compute(**kwargs):
             return get_adv_estimator_fn("grpo")(**kwargs)
-    '''))
+    """)
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "my_estimators", raising=False)
-    assert "algorithm.adv_estimator='grpo_plugin_test' is not supported" in problems_of(["algorithm.adv_estimator=grpo_plugin_test"])
+    assert "algorithm.adv_estimator='grpo_plugin_test' is not supported" in problems_of(
+        ["algorithm.adv_estimator=grpo_plugin_test"]
+    )
     config = build_config([f"{ARR}.model.external_lib=my_estimators", "algorithm.adv_estimator=grpo_plugin_test"])
     assert config.algorithm.adv_estimator == "grpo_plugin_test"
     from hybrid.core_algos import ADV_ESTIMATOR_REGISTRY

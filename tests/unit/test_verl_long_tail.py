@@ -24,52 +24,56 @@ ARR = "actor_rollout_ref"
 
 
 def test_verl_example_script_overrides_compose():
-    config = build_config([
-        f"{ARR}.model.use_shm=True",
-        f"{ARR}.rollout.layered_summon=True",
-        f"{ARR}.ref.use_torch_compile=False",
-        f"{ARR}.actor.fsdp_config.forward_prefetch=True",
-        f"{ARR}.ref.fsdp_config.forward_prefetch=True",
-        "critic.model.fsdp_config.forward_prefetch=True",
-        "reward_model.model.use_remove_padding=False",
-        "reward_model.use_reward_loop=False",
-        "reward_model.num_workers=8",
-        "reward_model.reward_kwargs.overlong_buffer_cfg.enable=True",
-        "reward_model.reward_kwargs.overlong_buffer_cfg.len=16",
-        "reward_model.reward_kwargs.overlong_buffer_cfg.penalty_factor=1.0",
-        "reward_model.reward_kwargs.overlong_buffer_cfg.log=False",
-        "global_profiler.tool=torch",
-        "global_profiler.steps=[1,2]",
-        "global_profiler.save_path=/tmp/profile",
-        f"{ARR}.actor.profiler.enable=True",
-        f"{ARR}.actor.profiler.all_ranks=False",
-        f"{ARR}.actor.profiler.ranks=[0]",
-        "critic.profiler.enable=True",
-        f"{ARR}.model.use_fused_kernels=True",
-        f"{ARR}.model.fused_kernel_options.impl_backend=torch",
-        f"{ARR}.actor.entropy_from_logits_with_chunking=True",
-        f"{ARR}.actor.entropy_checkpointing=True",
-        f"{ARR}.ref.entropy_from_logits_with_chunking=True",
-        f"{ARR}.ref.entropy_checkpointing=True",
-        f"{ARR}.actor.use_prefix_grouper=True",
-        f"{ARR}.actor.ulysses_sequence_parallel_size=2",
-        f"{ARR}.ref.ulysses_sequence_parallel_size=2",
-        "critic.ulysses_sequence_parallel_size=2",
-        "trainer.n_gpus_per_node=2",
-        f"{ARR}.actor.fsdp_config.use_orig_params=True",
-        "trainer.use_legacy_worker_impl=auto",
-        "algorithm.adv_estimator=gae",
-        "algorithm.use_pf_ppo=True",
-        "algorithm.pf_ppo.reweight_method=max_min",
-        "data.image_key=images",
-    ])
+    config = build_config(
+        [
+            f"{ARR}.model.use_shm=True",
+            f"{ARR}.rollout.layered_summon=True",
+            f"{ARR}.ref.use_torch_compile=False",
+            f"{ARR}.actor.fsdp_config.forward_prefetch=True",
+            f"{ARR}.ref.fsdp_config.forward_prefetch=True",
+            "critic.model.fsdp_config.forward_prefetch=True",
+            "reward_model.model.use_remove_padding=False",
+            "reward_model.use_reward_loop=False",
+            "reward_model.num_workers=8",
+            "reward_model.reward_kwargs.overlong_buffer_cfg.enable=True",
+            "reward_model.reward_kwargs.overlong_buffer_cfg.len=16",
+            "reward_model.reward_kwargs.overlong_buffer_cfg.penalty_factor=1.0",
+            "reward_model.reward_kwargs.overlong_buffer_cfg.log=False",
+            "global_profiler.tool=torch",
+            "global_profiler.steps=[1,2]",
+            "global_profiler.save_path=/tmp/profile",
+            f"{ARR}.actor.profiler.enable=True",
+            f"{ARR}.actor.profiler.all_ranks=False",
+            f"{ARR}.actor.profiler.ranks=[0]",
+            "critic.profiler.enable=True",
+            f"{ARR}.model.use_fused_kernels=True",
+            f"{ARR}.model.fused_kernel_options.impl_backend=torch",
+            f"{ARR}.actor.entropy_from_logits_with_chunking=True",
+            f"{ARR}.actor.entropy_checkpointing=True",
+            f"{ARR}.ref.entropy_from_logits_with_chunking=True",
+            f"{ARR}.ref.entropy_checkpointing=True",
+            f"{ARR}.actor.use_prefix_grouper=True",
+            f"{ARR}.actor.ulysses_sequence_parallel_size=2",
+            f"{ARR}.ref.ulysses_sequence_parallel_size=2",
+            "critic.ulysses_sequence_parallel_size=2",
+            "trainer.n_gpus_per_node=2",
+            f"{ARR}.actor.fsdp_config.use_orig_params=True",
+            "trainer.use_legacy_worker_impl=auto",
+            "algorithm.adv_estimator=gae",
+            "algorithm.use_pf_ppo=True",
+            "algorithm.pf_ppo.reweight_method=max_min",
+            "data.image_key=images",
+        ]
+    )
     arr = config.actor_rollout_ref
     assert arr.model.use_shm and arr.rollout.layered_summon and arr.actor.fsdp_config.forward_prefetch
     assert config.critic.model.fsdp_config.forward_prefetch and config.reward_model.num_workers == 8
     # The role sections follow global_profiler unless set themselves (verl's interpolations).
     assert arr.actor.profiler.tool == "torch" and arr.actor.profiler.save_path == "/tmp/profile"
     assert config.critic.profiler.enable and not arr.ref.profiler.enable
-    assert arr.model.use_fused_kernels is True and arr.actor.entropy_checkpointing and arr.actor.use_prefix_grouper is True
+    assert (
+        arr.model.use_fused_kernels is True and arr.actor.entropy_checkpointing and arr.actor.use_prefix_grouper is True
+    )
 
 
 def test_defaults_are_verls_neutral_values():
@@ -104,8 +108,11 @@ def test_defaults_are_verls_neutral_values():
         ("algorithm.use_pf_ppo=True", "verl applies it with gae only"),
         (f"{ARR}.ref.ulysses_sequence_parallel_size=2", "set them equal"),
         (f"trainer.n_gpus_per_node=3 {ARR}.actor.ulysses_sequence_parallel_size=2", "does not divide world size 3"),
-        ("trainer.n_gpus_per_node=4 critic.enable=true critic.ulysses_sequence_parallel_size=4 "
-         "critic.ppo_micro_batch_size_per_gpu=5", "/ critic.ulysses_sequence_parallel_size=4) = 32 samples per device"),
+        (
+            "trainer.n_gpus_per_node=4 critic.enable=true critic.ulysses_sequence_parallel_size=4 "
+            "critic.ppo_micro_batch_size_per_gpu=5",
+            "/ critic.ulysses_sequence_parallel_size=4) = 32 samples per device",
+        ),
     ],
 )
 def test_values_hybrid_lacks_are_refused_with_the_reason(override, reason):
@@ -160,7 +167,10 @@ def test_use_shm_without_room_says_so(tmp_path, monkeypatch):
     source = _fake_model(tmp_path / "model")
     (tmp_path / "shm").mkdir()
     monkeypatch.setattr(shutil, "disk_usage", lambda _: SimpleNamespace(total=1024, used=1000, free=24))
-    with pytest.raises(OSError, match=r"use_shm=true: the model folder .* has only 0.00 GiB free; .*--shm-size.* set actor_rollout_ref.model.use_shm=false"):
+    with pytest.raises(
+        OSError,
+        match=r"use_shm=true: the model folder .* has only 0.00 GiB free; .*--shm-size.* set actor_rollout_ref.model.use_shm=false",
+    ):
         model_path_in_shm(source, shm_root=str(tmp_path / "shm"))
     assert not os.listdir(tmp_path / "shm")
 
@@ -188,21 +198,39 @@ def test_overlong_buffer_cfg_reaches_the_dapo_manager_as_overlong_buffer(tokeniz
     assert verl.reward_model.manager_kwargs == ours.reward_model.manager_kwargs
     managers = [load_reward_manager(c, tokenizer, num_examine=0) for c in (verl, ours)]
     fields = ("overlong_enable", "overlong_len", "overlong_penalty_factor", "overlong_log", "max_resp_len")
-    assert [getattr(managers[0], f) for f in fields] == [getattr(managers[1], f) for f in fields] == [True, 8, 0.5, True, 32]
+    assert (
+        [getattr(managers[0], f) for f in fields]
+        == [getattr(managers[1], f) for f in fields]
+        == [True, 8, 0.5, True, 32]
+    )
     # Partly given: verl's entries over the yaml's defaults.
     partial = build_config(common + ["reward_model.reward_kwargs.overlong_buffer_cfg.enable=True"])
-    assert partial.reward_model.manager_kwargs["overlong_buffer"] == {"enable": True, "len": 16, "penalty_factor": 1.0, "log": False}
+    assert partial.reward_model.manager_kwargs["overlong_buffer"] == {
+        "enable": True,
+        "len": 16,
+        "penalty_factor": 1.0,
+        "log": False,
+    }
 
 
 def test_overlong_buffer_both_spellings_different_values_refused():
-    problems = problems_of([
-        "reward_model.reward_kwargs.overlong_buffer.len=8",
-        "reward_model.reward_kwargs.overlong_buffer_cfg.len=4",
-    ])
-    assert "reward_model.reward_kwargs.overlong_buffer.len=8 and reward_model.reward_kwargs.overlong_buffer_cfg.len=4 are the same setting" in problems
+    problems = problems_of(
+        [
+            "reward_model.reward_kwargs.overlong_buffer.len=8",
+            "reward_model.reward_kwargs.overlong_buffer_cfg.len=4",
+        ]
+    )
+    assert (
+        "reward_model.reward_kwargs.overlong_buffer.len=8 and reward_model.reward_kwargs.overlong_buffer_cfg.len=4 are the same setting"
+        in problems
+    )
     # The same value under both spellings is one setting given twice: fine.
-    build_config(["reward_model.reward_kwargs.overlong_buffer.len=8", "reward_model.reward_kwargs.overlong_buffer_cfg.len=8"])
-    assert "overlong_buffer_cfg.lenght: no such key" in problems_of(["reward_model.reward_kwargs.overlong_buffer_cfg.lenght=4"])
+    build_config(
+        ["reward_model.reward_kwargs.overlong_buffer.len=8", "reward_model.reward_kwargs.overlong_buffer_cfg.len=8"]
+    )
+    assert "overlong_buffer_cfg.lenght: no such key" in problems_of(
+        ["reward_model.reward_kwargs.overlong_buffer_cfg.lenght=4"]
+    )
 
 
 # ---------------------------------------------------------------- forward_prefetch
@@ -294,7 +322,9 @@ def test_lora_adapter_path_checked_against_lora_rank(tmp_path):
     ],
 )
 def test_profiler_ranks(overrides, ranks):
-    config = build_config(["global_profiler.tool=torch", "global_profiler.steps=[2]", f"{ARR}.actor.profiler.enable=true", *overrides])
+    config = build_config(
+        ["global_profiler.tool=torch", "global_profiler.steps=[2]", f"{ARR}.actor.profiler.enable=true", *overrides]
+    )
     assert {r for r in range(4) if config.actor_rollout_ref.actor.profiler.profiles_rank(r)} == ranks
 
 
@@ -312,11 +342,16 @@ def test_profile_plan_steps_and_continuous():
 def test_step_profiler_writes_a_chrome_trace(tmp_path):
     from workers.profiling import ProfiledWorker, StepProfiler, profiled_step
 
-    config = build_config([
-        "global_profiler.tool=torch", "global_profiler.steps=[2,3]", f"global_profiler.save_path={tmp_path}",
-        "global_profiler.profile_continuous_steps=true",
-        f"{ARR}.actor.profiler.enable=true", f"{ARR}.actor.profiler.tool_config.torch.contents=[cpu,shapes]",
-    ])
+    config = build_config(
+        [
+            "global_profiler.tool=torch",
+            "global_profiler.steps=[2,3]",
+            f"global_profiler.save_path={tmp_path}",
+            "global_profiler.profile_continuous_steps=true",
+            f"{ARR}.actor.profiler.enable=true",
+            f"{ARR}.actor.profiler.tool_config.torch.contents=[cpu,shapes]",
+        ]
+    )
 
     class Group(ProfiledWorker):  # the worker group's calls, made on the worker itself
         pass
@@ -363,7 +398,9 @@ def test_pf_ppo_weights_by_hand():
     eps = 1e-8
     assert pf_ppo_weights(scores, "pow", 2.0).tolist() == pytest.approx([4 + eps, 1 + eps, eps, 4 + eps], abs=0)
     assert pf_ppo_weights(scores, "max_min", 2.0).tolist() == pytest.approx([1 + eps, 1 + eps, eps, 1 + eps], abs=0)
-    assert pf_ppo_weights(scores, "max_random", 2.0).tolist() == pytest.approx([0.4 + eps, 0.1 + eps, 0.1 + eps, 0.4 + eps], abs=0)
+    assert pf_ppo_weights(scores, "max_random", 2.0).tolist() == pytest.approx(
+        [0.4 + eps, 0.1 + eps, 0.1 + eps, 0.4 + eps], abs=0
+    )
 
 
 def test_pf_ppo_resample_draws_rows_by_weight():
@@ -376,7 +413,8 @@ def test_pf_ppo_resample_draws_rows_by_weight():
     scores = torch.zeros(4, 3)
     scores[0, -1], scores[3, -1] = 1.0, 3.0  # rows 1 and 2 score 0: weight 1e-8 under pow
     batch = DataProto.from_dict(
-        tensors={"token_level_scores": scores, "row": torch.arange(4)}, non_tensors={"uid": np.array(list("abcd"), dtype=object)}
+        tensors={"token_level_scores": scores, "row": torch.arange(4)},
+        non_tensors={"uid": np.array(list("abcd"), dtype=object)},
     )
     config = PFPPOConfig(reweight_method="pow", weight_pow=1.0)
     draws = [pf_ppo_resample(batch, config, torch.Generator().manual_seed(seed)) for seed in range(200)]
@@ -395,16 +433,29 @@ def test_data_files_with_images_or_videos_are_refused(tmp_path):
     from hybrid.preflight import Findings, check_data_files
 
     def row(**extra):
-        return json.dumps({"prompt": [{"role": "user", "content": "1+1?"}], "data_source": "arith",
-                           "reward_model": {"ground_truth": "2"}, **extra})
+        return json.dumps(
+            {
+                "prompt": [{"role": "user", "content": "1+1?"}],
+                "data_source": "arith",
+                "reward_model": {"ground_truth": "2"},
+                **extra,
+            }
+        )
 
     (tmp_path / "text.jsonl").write_text("\n".join([row(images=None), row(images=[])]) + "\n")
-    (tmp_path / "pictures.jsonl").write_text("\n".join([row(), row(images=[{"image": "a.png"}]), row(images=["b.png"])]) + "\n")
+    (tmp_path / "pictures.jsonl").write_text(
+        "\n".join([row(), row(images=[{"image": "a.png"}]), row(images=["b.png"])]) + "\n"
+    )
     (tmp_path / "clips.jsonl").write_text(row(clips=["c.mp4"]) + "\n")
-    config = build_config([
-        f"data.train_files=[{tmp_path / 'text.jsonl'},{tmp_path / 'pictures.jsonl'}]", f"data.val_files={tmp_path / 'clips.jsonl'}",
-        "data.video_key=clips", "data.train_batch_size=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-    ])
+    config = build_config(
+        [
+            f"data.train_files=[{tmp_path / 'text.jsonl'},{tmp_path / 'pictures.jsonl'}]",
+            f"data.val_files={tmp_path / 'clips.jsonl'}",
+            "data.video_key=clips",
+            "data.train_batch_size=2",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        ]
+    )
     found = Findings()
     check_data_files(config, found)
     assert found.problems == [
@@ -420,13 +471,19 @@ def test_model_settings_its_config_refuses_are_found_before_loading(tmp_path):
 
     folder = tmp_path / "capped"
     folder.mkdir()
-    (folder / "config.json").write_text(json.dumps(
-        {"model_type": "gemma2", "final_logit_softcapping": 30.0, "num_attention_heads": 2}
-    ))
-    config = build_config([
-        f"{ARR}.model.path={folder}", f"{ARR}.model.use_fused_kernels=True", "trainer.n_gpus_per_node=4",
-        f"{ARR}.actor.ulysses_sequence_parallel_size=4", "critic.enable=true", "critic.ulysses_sequence_parallel_size=4",
-    ])
+    (folder / "config.json").write_text(
+        json.dumps({"model_type": "gemma2", "final_logit_softcapping": 30.0, "num_attention_heads": 2})
+    )
+    config = build_config(
+        [
+            f"{ARR}.model.path={folder}",
+            f"{ARR}.model.use_fused_kernels=True",
+            "trainer.n_gpus_per_node=4",
+            f"{ARR}.actor.ulysses_sequence_parallel_size=4",
+            "critic.enable=true",
+            "critic.ulysses_sequence_parallel_size=4",
+        ]
+    )
     found = Findings()
     check_model_settings(config, found)
     assert found.problems == [

@@ -38,15 +38,24 @@ USER_EXIT = HEAD + (
 @pytest.mark.parametrize(
     "report, cause",
     [
-        (SIGKILLED, "its process ended without warning: killed by a signal (SIGKILL, the kernel's out-of-memory killer) "
-                    "or crashed; Ray saw only its connection close"),
+        (
+            SIGKILLED,
+            "its process ended without warning: killed by a signal (SIGKILL, the kernel's out-of-memory killer) "
+            "or crashed; Ray saw only its connection close",
+        ),
         (NODE_DIED, "its node 4b9746c9 died (terminated expectedly: received SIGTERM)"),
         (RAY_KILL, "it was killed with ray.kill"),
         (OOM, "out of memory: Ray's memory monitor killed it (memory on the node was 22.10GB used / 23.00GB limit)"),
         (USER_EXIT, "its process exited (intended user exit: Worker exits by an user request.)"),
-        (HEAD + "The actor is dead because its owner has died. Owner Id: 01000000", "its owner (the driver process) died"),
-        ("The actor 4a5b is unavailable: The actor is temporarily unavailable: RpcError. The task may or may not "
-         "have been executed on the actor.", "it became unreachable (The actor is temporarily unavailable: RpcError)"),
+        (
+            HEAD + "The actor is dead because its owner has died. Owner Id: 01000000",
+            "its owner (the driver process) died",
+        ),
+        (
+            "The actor 4a5b is unavailable: The actor is temporarily unavailable: RpcError. The task may or may not "
+            "have been executed on the actor.",
+            "it became unreachable (The actor is temporarily unavailable: RpcError)",
+        ),
         ("something new\nthat Ray may say one day", "that Ray may say one day"),
     ],
     ids=["sigkill", "node", "ray.kill", "oom", "user-exit", "owner", "unavailable", "unknown"],
@@ -90,8 +99,10 @@ def test_a_rank_that_died_while_starting_is_placed_from_rays_report():
 def test_rays_own_death_paragraph_is_recognised_for_our_ranks_only(monkeypatch):
     from hybrid.controller import ray_worker_group as module
 
-    line = ("A worker died or was killed while executing a task by an unexpected system error. Lease ID: 01 Worker ID: 77 "
-            "Node ID: 38 Worker IP address: 192.0.2.2 Worker port: 45181 Worker PID: 22855 Worker exit type: SYSTEM_ERROR")
+    line = (
+        "A worker died or was killed while executing a task by an unexpected system error. Lease ID: 01 Worker ID: 77 "
+        "Node ID: 38 Worker IP address: 192.0.2.2 Worker port: 45181 Worker PID: 22855 Worker exit type: SYSTEM_ERROR"
+    )
     monkeypatch.setattr(module, "_OWN_WORKER_PIDS", {22855})
     assert module.is_own_death_report(line)
     assert not module.is_own_death_report(line.replace("22855", "22856"))  # another driver's worker: Ray says it

@@ -25,7 +25,9 @@ def test_role_parses_verl_strings_and_names_what_it_holds():
         Role.ACTOR_ROLLOUT: (True, True, False),
         Role.ACTOR_ROLLOUT_REF: (True, True, True),
     }
-    with pytest.raises(ValueError, match=r"role='critic' is not one of actor, rollout, ref, actor_rollout, actor_rollout_ref"):
+    with pytest.raises(
+        ValueError, match=r"role='critic' is not one of actor, rollout, ref, actor_rollout, actor_rollout_ref"
+    ):
         Role.parse("critic")
 
 
@@ -85,10 +87,18 @@ def test_on_device_puts_state_back_when_the_call_raises(monkeypatch):
 
 @pytest.mark.parametrize(
     ("setting", "n", "remove_padding", "shared"),
-    [(None, 4, True, True), (None, 1, True, False), (None, 4, False, False),
-     (True, 1, False, True), (True, 4, False, True), (False, 4, True, False)],
+    [
+        (None, 4, True, True),
+        (None, 1, True, False),
+        (None, 4, False, False),
+        (True, 1, False, True),
+        (True, 4, False, True),
+        (False, 4, True, False),
+    ],
 )
-def test_prompt_once_packing_is_on_by_default_where_rows_are_packed_and_prompts_repeat(setting, n, remove_padding, shared):
+def test_prompt_once_packing_is_on_by_default_where_rows_are_packed_and_prompts_repeat(
+    setting, n, remove_padding, shared
+):
     from workers.shared_prefix import shares_prompts
 
     assert shares_prompts(setting, n, remove_padding) is shared

@@ -186,7 +186,9 @@ def engine_max_model_len(config) -> int:
     return int(config.max_model_len or (int(config.prompt_length) + int(config.response_length)))
 
 
-def check_turn_requests(prompt_ids: list[list[int]], settings: SamplingSettings, max_tokens: list[int], max_model_len: int):
+def check_turn_requests(
+    prompt_ids: list[list[int]], settings: SamplingSettings, max_tokens: list[int], max_model_len: int
+):
     """Refuse a `generate_ids` call that breaks its contract (the multi-turn loop never
     makes one; a caller that does learns which request)."""
     if settings.n != 1:
@@ -219,9 +221,7 @@ def assemble_rollout(
 ) -> DataProto:
     num_samples = len(response_token_ids)
     if num_samples != prompt_ids.shape[0] * n:
-        raise RuntimeError(
-            f"engine returned {num_samples} samples for {prompt_ids.shape[0]} prompts x n={n}"
-        )
+        raise RuntimeError(f"engine returned {num_samples} samples for {prompt_ids.shape[0]} prompts x n={n}")
     responses = torch.full((num_samples, response_length), pad_token_id, dtype=torch.long)
     response_mask = torch.zeros((num_samples, response_length), dtype=torch.long)
     log_probs = torch.zeros((num_samples, response_length), dtype=torch.float32)

@@ -39,7 +39,13 @@ from workers.rollout.base import (
 )
 from workers.rollout.multi_turn import MultiTurnLoop
 
-_DTYPES = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32, "fp32": torch.float32}
+_DTYPES = {
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "float32": torch.float32,
+    "fp32": torch.float32,
+}
 
 
 def hf_generation_config(settings: SamplingSettings, pad_token_id: int, eos_token_ids: Iterable[int]):
@@ -211,8 +217,8 @@ class HFRollout:
         input_ids = torch.full((len(prompt_ids), width), self.pad_token_id, dtype=torch.long)
         attention_mask = torch.zeros((len(prompt_ids), width), dtype=torch.long)
         for i, ids in enumerate(prompt_ids):
-            input_ids[i, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
-            attention_mask[i, width - len(ids):] = 1
+            input_ids[i, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+            attention_mask[i, width - len(ids) :] = 1
         settings = dataclasses.replace(settings, max_tokens=max(max_tokens))
         token_ids, log_probs, stopped_by_string = self._sample(input_ids, attention_mask, settings)
         stops = self.eos_token_ids | set(settings.stop_token_ids)

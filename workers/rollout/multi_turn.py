@@ -101,7 +101,9 @@ class ObservationRenderer:
             self.base_ids = base[: ends[-1] + 1]
 
     def _template(self, messages, generation_prompt: bool) -> str:
-        return self.tokenizer.apply_chat_template(list(messages), add_generation_prompt=generation_prompt, tokenize=False)
+        return self.tokenizer.apply_chat_template(
+            list(messages), add_generation_prompt=generation_prompt, tokenize=False
+        )
 
     def render(self, messages: list[dict[str, str]]) -> list[int]:
         return list(self._render(tuple((m["role"], m["content"]) for m in messages)))
@@ -118,7 +120,7 @@ class ObservationRenderer:
                 f"observation is added; token-in-token-out needs it unchanged (set {MULTI_TURN}."
                 "use_conversation_multi_turn=false to append observations as plain text)"
             )
-        return tuple(ids[len(self.base_ids):])
+        return tuple(ids[len(self.base_ids) :])
 
 
 @dataclass
@@ -162,11 +164,13 @@ class MultiTurnLoop:
         eos = engine.tokenizer.eos_token_id
         self.eos_token_id = eos if eos is not None else min(self.eos_token_ids)
         self.factory = EnvFactory(self.settings, tool_role=template_renders_tool_responses(engine.tokenizer))
-        self.renderer = ObservationRenderer(engine.tokenizer, self.settings.use_conversation_multi_turn, self.eos_token_ids)
+        self.renderer = ObservationRenderer(
+            engine.tokenizer, self.settings.use_conversation_multi_turn, self.eos_token_ids
+        )
         self.pool = StepPool(int(self.settings.env_workers), float(self.settings.env_step_timeout_s))
 
     @classmethod
-    def for_engine(cls, engine, current: "MultiTurnLoop | None") -> "MultiTurnLoop | None":
+    def for_engine(cls, engine, current: MultiTurnLoop | None) -> MultiTurnLoop | None:
         """The loop for the engine's current rollout section: None when multi-turn is off,
         `current` while the section is the one it was built from, a new loop otherwise."""
         if not engine.config.multi_turn.enable:
@@ -237,6 +241,7 @@ class MultiTurnLoop:
 
     def _start(self, trajectories: list[Trajectory], rows: list[dict], prompts: DataProto) -> None:
         """Build and init every environment (in the pool: either may be slow), then the prompts."""
+
         def open_env(trajectory: Trajectory):
             trajectory.env = self.factory.make(rows[trajectory.row])
             messages = copy.deepcopy(_chat(rows[trajectory.row]["raw_prompt"]))
@@ -267,7 +272,9 @@ class MultiTurnLoop:
     def _room(self, trajectory: Trajectory) -> int:
         """The next model turn's token budget."""
         used = len(trajectory.response_ids)
-        room = min(int(self.config.response_length) - used, self.engine.max_model_len - len(trajectory.prompt_ids) - used)
+        room = min(
+            int(self.config.response_length) - used, self.engine.max_model_len - len(trajectory.prompt_ids) - used
+        )
         per_turn = self.settings.max_tokens_per_turn
         return min(room, int(per_turn)) if per_turn else room
 
@@ -327,6 +334,7 @@ class MultiTurnLoop:
 
     def _close(self, trajectories: list[Trajectory], rows: list[dict]) -> None:
         """Episode metrics and close(); an environment still busy past its limit is left alone."""
+
         def finish(trajectory: Trajectory):
             get_metrics = getattr(trajectory.env, "get_metrics", None)
             metrics = dict(get_metrics() or {}) if get_metrics is not None else {}
@@ -351,7 +359,9 @@ class MultiTurnLoop:
     def _assemble(self, prompts: DataProto, trajectories: list[Trajectory], n: int) -> DataProto:
         width, length = prompts.batch["input_ids"].shape[1], int(self.config.response_length)
         pad = self.engine.pad_token_id
-        tensors = {k: [] for k in ("prompts", "prompt_mask", "responses", "response_mask", "rollout_log_probs", "env_rewards")}
+        tensors = {
+            k: [] for k in ("prompts", "prompt_mask", "responses", "response_mask", "rollout_log_probs", "env_rewards")
+        }
         for t in trajectories:
             if t.prompt_rendered:
                 ids, mask = _left_pad(t.prompt_ids, width, pad)
@@ -362,7 +372,9 @@ class MultiTurnLoop:
             tensors["prompt_mask"].append(mask)
             tensors["responses"].append(torch.tensor(t.response_ids + [pad] * (length - size), dtype=torch.long))
             tensors["response_mask"].append(torch.tensor(t.mask + [0] * (length - size), dtype=torch.long))
-            tensors["rollout_log_probs"].append(torch.tensor(t.log_probs + [0.0] * (length - size), dtype=torch.float32))
+            tensors["rollout_log_probs"].append(
+                torch.tensor(t.log_probs + [0.0] * (length - size), dtype=torch.float32)
+            )
             tensors["env_rewards"].append(self._rewards(t, length))
         batch = {k: torch.stack(v) for k, v in tensors.items()}
         prompt_mask = batch.pop("prompt_mask")

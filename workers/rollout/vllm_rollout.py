@@ -209,9 +209,7 @@ class VLLMRollout:
         for request_output in outputs:
             for completion in request_output.outputs:
                 token_ids.append(list(completion.token_ids))
-                log_probs.append(
-                    [step[tok].logprob for step, tok in zip(completion.logprobs, completion.token_ids)]
-                )
+                log_probs.append([step[tok].logprob for step, tok in zip(completion.logprobs, completion.token_ids)])
         return assemble_rollout(
             input_ids,
             attention_mask,

@@ -36,7 +36,7 @@ def _take_option(argv: list[str], name: str) -> tuple[list[str], list[str]]:
             i += 2
             continue
         if arg.startswith(name + "="):
-            values.append(arg[len(name) + 1:])
+            values.append(arg[len(name) + 1 :])
         else:
             rest.append(arg)
         i += 1

@@ -116,8 +116,13 @@ RULES: tuple[Rule, ...] = (
     ignore("local_rank", "set by the launcher"),
     ignore("num_nodes", "ROLL computes it from device_mapping; so does hybrid"),
     custom("num_gpus_per_node", (), lambda v, c: {}, "read with device_mapping to count nodes"),
-    via("track_with", "trainer.logger", _logger, "tensorboard, wandb, stdout -> console; plus file",
-        "`file` (metrics.jsonl) is hybrid's run record and is always kept"),
+    via(
+        "track_with",
+        "trainer.logger",
+        _logger,
+        "tensorboard, wandb, stdout -> console; plus file",
+        "`file` (metrics.jsonl) is hybrid's run record and is always kept",
+    ),
     same("tracker_kwargs.project", "trainer.project_name"),
     same("tracker_kwargs.name", "trainer.experiment_name"),
     refuse("tracker_kwargs.api_key", "hybrid reads the W&B key from WANDB_API_KEY"),
@@ -125,9 +130,13 @@ RULES: tuple[Rule, ...] = (
     refuse("tracker_kwargs.notes", "no run-notes key in hybrid"),
     refuse("tracker_kwargs.tags", "no run-tags key in hybrid"),
     same("max_steps", "trainer.total_training_steps"),
-    custom("save_steps", ("trainer.save_freq", f"{ACTOR}.checkpoint.save_contents"), _save_steps,
-           "save_freq = value (<= 0: only the last step); save_contents + hf_model",
-           "ROLL's checkpoints hold the Hugging Face model; both save the last step"),
+    custom(
+        "save_steps",
+        ("trainer.save_freq", f"{ACTOR}.checkpoint.save_contents"),
+        _save_steps,
+        "save_freq = value (<= 0: only the last step); save_contents + hf_model",
+        "ROLL's checkpoints hold the Hugging Face model; both save the last step",
+    ),
     custom(
         "max_ckpt_to_keep",
         ("trainer.max_actor_ckpt_to_keep", "trainer.max_critic_ckpt_to_keep"),
@@ -135,11 +144,19 @@ RULES: tuple[Rule, ...] = (
         "0 -> null (keep all), N -> N",
     ),
     refuse("logging_steps", "hybrid logs every step", accept=(1,)),
-    custom("eval_steps", ("trainer.test_freq", "trainer.val_before_train"), _eval_steps,
-           "N > 0 -> test_freq N, val_before_train true; <= 0 -> test_freq -1, val_before_train false",
-           "ROLL validates at step 0 too whenever eval_steps > 0"),
-    custom("resume_from_checkpoint", ("trainer.resume_mode", "trainer.resume_from_path"), _resume,
-           "false -> disable, true -> auto, a path -> resume_path + resume_from_path"),
+    custom(
+        "eval_steps",
+        ("trainer.test_freq", "trainer.val_before_train"),
+        _eval_steps,
+        "N > 0 -> test_freq N, val_before_train true; <= 0 -> test_freq -1, val_before_train false",
+        "ROLL validates at step 0 too whenever eval_steps > 0",
+    ),
+    custom(
+        "resume_from_checkpoint",
+        ("trainer.resume_mode", "trainer.resume_from_path"),
+        _resume,
+        "false -> disable, true -> auto, a path -> resume_path + resume_from_path",
+    ),
     ignore("checkpoint_config.*", "hybrid writes checkpoints under trainer.default_local_dir (output_dir); no upload"),
     refuse("rollout_dump_dir", "no rollout dump in hybrid", accept=(None,)),
     ignore("save_logging_board_dir", "hybrid writes metrics.jsonl under trainer.default_local_dir"),
@@ -180,8 +197,12 @@ RULES: tuple[Rule, ...] = (
         f"{ROLLOUT}.update_weights_bucket_megabytes",
         note="the bucket of hybrid's in-memory weight sync",
     ),
-    custom("is_offload_states", (f"{ACTOR}.fsdp_config.param_offload", f"{ACTOR}.fsdp_config.optimizer_offload"),
-           lambda v, c: {f"{ACTOR}.fsdp_config.param_offload": v, f"{ACTOR}.fsdp_config.optimizer_offload": v}, "same value into both"),
+    custom(
+        "is_offload_states",
+        (f"{ACTOR}.fsdp_config.param_offload", f"{ACTOR}.fsdp_config.optimizer_offload"),
+        lambda v, c: {f"{ACTOR}.fsdp_config.param_offload": v, f"{ACTOR}.fsdp_config.optimizer_offload": v},
+        "same value into both",
+    ),
     refuse(
         "is_offload_optimizer_states_in_train_step",
         "hybrid keeps the optimizer state on the device during an update",
@@ -192,16 +213,24 @@ RULES: tuple[Rule, ...] = (
     same("num_return_sequences_in_group", f"{ROLLOUT}.n"),
     same("val_batch_size", "data.val_batch_size"),
     same("prompt_length", "data.max_prompt_length"),
-    custom("response_length", ("data.max_response_length",), _response_length,
-           "same value (ROLL reads sequence_length instead when both are given)"),
+    custom(
+        "response_length",
+        ("data.max_response_length",),
+        _response_length,
+        "same value (ROLL reads sequence_length instead when both are given)",
+    ),
     via("sequence_length", "data.max_response_length", _sequence_length, "value - prompt_length"),
     custom("val_prompt_length", (), _val_lengths, "must equal prompt_length"),
     custom("val_sequence_length", (), _val_lengths, "must equal the training sequence length"),
     # ---- algorithm
-    custom("adv_estimator", ("algorithm.adv_estimator", "algorithm.norm_adv_by_std_in_grpo"), _advantage,
-           "grpo -> grpo; gae (whiten_advantages: true) -> gae; reinforce + group norm -> grpo; "
-           "reinforce + whiten_advantages -> reinforce_plus_plus",
-           "read with norm_mean_type, norm_std_type and whiten_advantages"),
+    custom(
+        "adv_estimator",
+        ("algorithm.adv_estimator", "algorithm.norm_adv_by_std_in_grpo"),
+        _advantage,
+        "grpo -> grpo; gae (whiten_advantages: true) -> gae; reinforce + group norm -> grpo; "
+        "reinforce + whiten_advantages -> reinforce_plus_plus",
+        "read with norm_mean_type, norm_std_type and whiten_advantages",
+    ),
     custom("norm_mean_type", ("algorithm.adv_estimator",), _advantage, "read with adv_estimator"),
     custom(
         "norm_std_type",
@@ -215,17 +244,29 @@ RULES: tuple[Rule, ...] = (
     refuse("l2", "no L2 term besides weight decay (training_args.weight_decay)", accept=(0, 0.0)),
     same("lambd", "algorithm.lam"),
     same("gamma", "algorithm.gamma"),
-    custom("pg_clip", (f"{ACTOR}.clip_ratio", f"{ACTOR}.clip_ratio_low", f"{ACTOR}.clip_ratio_high"), _clip,
-           "clip_ratio, clip_ratio_low and clip_ratio_high = pg_clip (or pg_clip_low/high with use_pg_clip_range)"),
+    custom(
+        "pg_clip",
+        (f"{ACTOR}.clip_ratio", f"{ACTOR}.clip_ratio_low", f"{ACTOR}.clip_ratio_high"),
+        _clip,
+        "clip_ratio, clip_ratio_low and clip_ratio_high = pg_clip (or pg_clip_low/high with use_pg_clip_range)",
+    ),
     custom("use_pg_clip_range", (f"{ACTOR}.clip_ratio_low", f"{ACTOR}.clip_ratio_high"), _clip, "read with pg_clip"),
     custom("pg_clip_low", (f"{ACTOR}.clip_ratio_low",), _clip, "read with use_pg_clip_range"),
     custom("pg_clip_high", (f"{ACTOR}.clip_ratio_high",), _clip, "read with use_pg_clip_range"),
-    custom("dual_clip_loss", (f"{ACTOR}.clip_ratio_c",), _dual_clip,
-           f"true -> 3, false -> {NO_DUAL_CLIP:g} (a bound that never binds)"),
+    custom(
+        "dual_clip_loss",
+        (f"{ACTOR}.clip_ratio_c",),
+        _dual_clip,
+        f"true -> 3, false -> {NO_DUAL_CLIP:g} (a bound that never binds)",
+    ),
     custom("value_clip", ("critic.cliprange_value",), _value_clip, "same value; null only without a critic"),
     via("kl_penalty", "algorithm.kl_penalty", _kl_penalty, "kl, abs, mse, full; k3 -> low_var_kl"),
-    custom("target_kl", ("algorithm.kl_ctrl.type", "algorithm.kl_ctrl.target_kl"), _target_kl,
-           "null -> fixed; a value -> adaptive with that target"),
+    custom(
+        "target_kl",
+        ("algorithm.kl_ctrl.type", "algorithm.kl_ctrl.target_kl"),
+        _target_kl,
+        "null -> fixed; a value -> adaptive with that target",
+    ),
     same(
         "init_kl_coef",
         "algorithm.kl_ctrl.kl_coef",
@@ -236,9 +277,12 @@ RULES: tuple[Rule, ...] = (
     same("use_kl_loss", f"{ACTOR}.use_kl_loss"),
     same("kl_loss_coef", f"{ACTOR}.kl_loss_coef"),
     same("entropy_loss_coef", f"{ACTOR}.entropy_coeff"),
-    choice("loss_agg_mode", f"{ACTOR}.loss_agg_mode",
-           {m: m for m in ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")},
-           note="ROLL's default is seq-mean-token-mean, hybrid's token-mean"),
+    choice(
+        "loss_agg_mode",
+        f"{ACTOR}.loss_agg_mode",
+        {m: m for m in ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")},
+        note="ROLL's default is seq-mean-token-mean, hybrid's token-mean",
+    ),
     same("critic_warmup", "trainer.critic_warmup"),
     ignore("enable_reference", "hybrid builds the reference whenever a KL term needs it"),
     custom("enable_old_logprobs_recompute", (f"{ACTOR}.skip_old_log_prob_on_policy",), _recompute, "negated"),
@@ -258,8 +302,12 @@ RULES: tuple[Rule, ...] = (
     refuse("reward_clip", "no reward clipping key in hybrid", accept=(None,)),
     refuse("whiten_rewards", "no reward whitening key in hybrid", accept=(False,)),
     refuse("advantage_clip", "no advantage clipping key in hybrid", accept=(None,)),
-    choice("use_policy_loss_type", f"{ACTOR}.policy_loss.loss_mode", {"PPO": "vanilla", "PG": "gpg"},
-           note="PG: the plain policy gradient -A log p"),
+    choice(
+        "use_policy_loss_type",
+        f"{ACTOR}.policy_loss.loss_mode",
+        {"PPO": "vanilla", "PG": "gpg"},
+        note="PG: the plain policy gradient -A log p",
+    ),
     refuse("use_topr_loss", "no TOPR loss in hybrid", accept=(False,)),
     refuse("use_topr_neg_loss_coef", "no TOPR loss in hybrid", accept=(0, 0.0)),
     refuse("postive_loss_coef", "no SFT term on positive samples in hybrid", accept=(0, 0.0)),
@@ -288,8 +336,12 @@ RULES: tuple[Rule, ...] = (
     ),
     refuse("minibatch_data_iter_num", "one pass per mini batch (ppo_epochs repeats the whole batch)", accept=(1,)),
     ignore("mask_type", "read only with the masks above, which are refused"),
-    custom("train_infer_correction.is_weight.enabled", (f"{ACTOR}.tis_imp_ratio_cap",), _is_weight,
-           "true -> tis_imp_ratio_cap = upper_bound (token weights); false -> -1"),
+    custom(
+        "train_infer_correction.is_weight.enabled",
+        (f"{ACTOR}.tis_imp_ratio_cap",),
+        _is_weight,
+        "true -> tis_imp_ratio_cap = upper_bound (token weights); false -> -1",
+    ),
     custom(
         "train_infer_correction.is_weight.upper_bound",
         (f"{ACTOR}.tis_imp_ratio_cap",),
@@ -317,11 +369,21 @@ RULES: tuple[Rule, ...] = (
     same("val_n_sample", f"{ROLLOUT}.val_kwargs.n"),
     # ---- models
     custom("pretrain", (f"{ARR}.model.path",), _model_path, "same value"),
-    custom("reward_pretrain", ("critic.model.path",), lambda v, c: {} if v is None else {"critic.model.path": v}, "same value",
-           "ROLL starts the critic from it"),
+    custom(
+        "reward_pretrain",
+        ("critic.model.path",),
+        lambda v, c: {} if v is None else {"critic.model.path": v},
+        "same value",
+        "ROLL starts the critic from it",
+    ),
     custom("actor_train.model_args.model_name_or_path", (f"{ARR}.model.path",), _model_path, "same value"),
-    custom("actor_infer.model_args.model_name_or_path", (f"{ARR}.model.path",), _model_path, "must equal the actor's",
-           "the engine serves the policy being trained"),
+    custom(
+        "actor_infer.model_args.model_name_or_path",
+        (f"{ARR}.model.path",),
+        _model_path,
+        "must equal the actor's",
+        "the engine serves the policy being trained",
+    ),
     custom("reference.model_args.model_name_or_path", (), _ref_model_path, "must equal the actor's"),
     custom(
         "critic.model_args.model_name_or_path",
@@ -364,19 +426,44 @@ RULES: tuple[Rule, ...] = (
     ignore("actor_train.topr_positive_weight", "read only with use_topr_loss, which is refused"),
     ignore("actor_train.topr_negative_weight", "read only with use_topr_loss, which is refused"),
     # ---- strategies
-    choice("actor_train.strategy_args.strategy_name", f"{ACTOR}.strategy", {"fsdp2_train": "fsdp2"},
-           refused={"megatron_train": MEGATRON, "deepspeed_train": DEEPSPEED, "diffusion_deepspeed_train": DEEPSPEED}),
-    choice("critic.strategy_args.strategy_name", "critic.strategy", {"fsdp2_train": "fsdp2"},
-           refused={"megatron_train": MEGATRON, "deepspeed_train": DEEPSPEED}),
-    choice("reference.strategy_args.strategy_name", f"{REF}.strategy", {"fsdp2_infer": "fsdp2", "fsdp2_train": "fsdp2", "hf_infer": "fsdp2"},
-           refused={"megatron_infer": MEGATRON, "megatron_train": MEGATRON, "deepspeed_infer": DEEPSPEED, "deepspeed_train": DEEPSPEED},
-           note="the reference runs FSDP2 forward passes inside hybrid's actor worker"),
+    choice(
+        "actor_train.strategy_args.strategy_name",
+        f"{ACTOR}.strategy",
+        {"fsdp2_train": "fsdp2"},
+        refused={"megatron_train": MEGATRON, "deepspeed_train": DEEPSPEED, "diffusion_deepspeed_train": DEEPSPEED},
+    ),
+    choice(
+        "critic.strategy_args.strategy_name",
+        "critic.strategy",
+        {"fsdp2_train": "fsdp2"},
+        refused={"megatron_train": MEGATRON, "deepspeed_train": DEEPSPEED},
+    ),
+    choice(
+        "reference.strategy_args.strategy_name",
+        f"{REF}.strategy",
+        {"fsdp2_infer": "fsdp2", "fsdp2_train": "fsdp2", "hf_infer": "fsdp2"},
+        refused={
+            "megatron_infer": MEGATRON,
+            "megatron_train": MEGATRON,
+            "deepspeed_infer": DEEPSPEED,
+            "deepspeed_train": DEEPSPEED,
+        },
+        note="the reference runs FSDP2 forward passes inside hybrid's actor worker",
+    ),
     custom("reference.strategy_args.strategy_config.*", (), _strategy_config("reference"), "refused"),
-    choice("actor_infer.strategy_args.strategy_name", f"{ROLLOUT}.name", {"vllm": "vllm", "hf_infer": "hf"},
-           refused={"sglang": "hybrid's engines are in-process vLLM and Hugging Face generate"}),
-    custom("actor_infer.strategy_args.strategy_config.*", (f"{ROLLOUT}.<key>", f"{ROLLOUT}.engine_kwargs.vllm.<key>"), _engine_config,
-           "gpu_memory_utilization, max_model_len, tensor_parallel_size, load_format, enforce_eager, max_num_batched_tokens, "
-           "max_num_seqs, enable_chunked_prefill -> rollout keys; others -> engine_kwargs.vllm"),
+    choice(
+        "actor_infer.strategy_args.strategy_name",
+        f"{ROLLOUT}.name",
+        {"vllm": "vllm", "hf_infer": "hf"},
+        refused={"sglang": "hybrid's engines are in-process vLLM and Hugging Face generate"},
+    ),
+    custom(
+        "actor_infer.strategy_args.strategy_config.*",
+        (f"{ROLLOUT}.<key>", f"{ROLLOUT}.engine_kwargs.vllm.<key>"),
+        _engine_config,
+        "gpu_memory_utilization, max_model_len, tensor_parallel_size, load_format, enforce_eager, max_num_batched_tokens, "
+        "max_num_seqs, enable_chunked_prefill -> rollout keys; others -> engine_kwargs.vllm",
+    ),
     # ---- generation
     same("actor_infer.generating_args.max_new_tokens", "data.max_response_length"),
     same("actor_infer.generating_args.temperature", f"{ROLLOUT}.temperature"),
@@ -391,8 +478,13 @@ RULES: tuple[Rule, ...] = (
         "ROLL's RLVR pipeline overwrites it with num_return_sequences_in_group",
     ),
     # ---- data
-    via("actor_train.data_args.file_name", "data.train_files", _lists, "list of files",
-        "files in verl's columns (prompt, data_source, reward_model.ground_truth): parquet, JSON or JSON-lines"),
+    via(
+        "actor_train.data_args.file_name",
+        "data.train_files",
+        _lists,
+        "list of files",
+        "files in verl's columns (prompt, data_source, reward_model.ground_truth): parquet, JSON or JSON-lines",
+    ),
     same("actor_train.data_args.prompt", "data.prompt_key"),
     same("actor_train.data_args.messages", "data.prompt_key", note="a chat-list column"),
     custom("actor_train.data_args.template", (), _template, "native accepted"),
@@ -421,8 +513,13 @@ RULES: tuple[Rule, ...] = (
     refuse("validation.generating_args.num_beams", "hybrid samples; no beam search", accept=(1,)),
     custom("validation.eval_steps", ("trainer.test_freq", "trainer.val_before_train"), _eval_steps, "as eval_steps"),
     # ---- rewards
-    custom("rewards.<domain>.worker_cls", (), _reward_worker, "rule-based math workers accepted",
-           "hybrid picks the scorer from each row's data_source (gsm8k, math, arithmetic)"),
+    custom(
+        "rewards.<domain>.worker_cls",
+        (),
+        _reward_worker,
+        "rule-based math workers accepted",
+        "hybrid picks the scorer from each row's data_source (gsm8k, math, arithmetic)",
+    ),
     ignore("rewards.<domain>.tag_included", "hybrid routes rows to scorers by their data_source column"),
     ignore(
         "rewards.<domain>.world_size",
@@ -526,7 +623,9 @@ def translate_roll(path: str, overrides: list[str]) -> list[str]:
             rule = DIALECT.rule_for(key)
             if rule is not None and rule.kind == "ignore":
                 continue
-            problems.append(f"{key}={show(raw)}: cannot resolve the value ({type(err).__name__}: {err})".replace("\n", " "))
+            problems.append(
+                f"{key}={show(raw)}: cannot resolve the value ({type(err).__name__}: {err})".replace("\n", " ")
+            )
     if problems:
         raise ConfigError("\n".join([f"--roll-config {path} cannot be read:"] + [f"  - {p}" for p in problems]))
     return translate(DIALECT, given) + passthrough

@@ -53,6 +53,7 @@ def _used(ctx: Context) -> bool:
 
 def _when_used(convert):
     """A section's rule that writes nothing for a section no env manager lists."""
+
     def wrapped(value: Any, ctx: Context) -> dict[str, Any]:
         return convert(value, ctx) if _used(ctx) else {}
 
@@ -84,7 +85,7 @@ def _env_config(value: Any, ctx: Context) -> dict[str, Any]:
     env = ctx.get(f"custom_envs.{tag}.env_type", None)
     if not isinstance(env, str) or not env:
         raise Refusal(f"needs custom_envs.{tag}.env_type: the settings go to that environment's section")
-    leaf = ctx.key[len(f"custom_envs.{tag}.env_config."):]
+    leaf = ctx.key[len(f"custom_envs.{tag}.env_config.") :]
     return {f"{ENV_KWARGS}.{env}.{leaf}": value}
 
 
@@ -126,26 +127,58 @@ def _tags(value: Any, ctx: Context) -> dict[str, Any]:
 def _section_rules() -> tuple[Rule, ...]:
     section = "custom_envs.<tag>"
     return (
-        custom(f"{section}.max_steps", (f"{MULTI_TURN}.enable", f"{MULTI_TURN}.max_assistant_turns"),
-               _when_used(_max_steps), "N -> enable=true, max_assistant_turns=N",
-               "one ROLL step is one action, a model turn"),
-        custom(f"{section}.max_tokens_per_step", (f"{MULTI_TURN}.max_tokens_per_turn",), _when_used(_tokens_per_step),
-               "same value", "the trajectory's budget stays sequence_length - prompt_length (data.max_response_length)"),
-        custom(f"{section}.env_type", (f"{MULTI_TURN}.env_class",), _when_used(_env_type),
-               "a hybrid environment name (or path/to/env.py:ClassName) -> multi_turn.env_class",
-               "ROLL's GEM environments (sokoban, frozen_lake, webshop, ...) are refused: hybrid's environments "
-               "answer chat turns from dataset rows"),
-        custom(f"{section}.env_config.*", (f"{ENV_KWARGS}.<env_type>.<key>",), _when_used(_env_config),
-               "same names below env_kwargs.<env_type>", "the environment's own section of env_kwargs"),
+        custom(
+            f"{section}.max_steps",
+            (f"{MULTI_TURN}.enable", f"{MULTI_TURN}.max_assistant_turns"),
+            _when_used(_max_steps),
+            "N -> enable=true, max_assistant_turns=N",
+            "one ROLL step is one action, a model turn",
+        ),
+        custom(
+            f"{section}.max_tokens_per_step",
+            (f"{MULTI_TURN}.max_tokens_per_turn",),
+            _when_used(_tokens_per_step),
+            "same value",
+            "the trajectory's budget stays sequence_length - prompt_length (data.max_response_length)",
+        ),
+        custom(
+            f"{section}.env_type",
+            (f"{MULTI_TURN}.env_class",),
+            _when_used(_env_type),
+            "a hybrid environment name (or path/to/env.py:ClassName) -> multi_turn.env_class",
+            "ROLL's GEM environments (sokoban, frozen_lake, webshop, ...) are refused: hybrid's environments "
+            "answer chat turns from dataset rows",
+        ),
+        custom(
+            f"{section}.env_config.*",
+            (f"{ENV_KWARGS}.<env_type>.<key>",),
+            _when_used(_env_config),
+            "same names below env_kwargs.<env_type>",
+            "the environment's own section of env_kwargs",
+        ),
         custom(f"{section}.env_manager_cls", (), _when_used(_env_manager), "TrajEnvManager accepted"),
-        custom(f"{section}.max_env_step_concurrent", (f"{MULTI_TURN}.env_workers",), _when_used(_step_workers),
-               "same value", "hybrid's pool of threads that run environment steps"),
-        custom(f"{section}.use_thread_lock", (), lambda v, c: {}, "accepted",
-               "each of hybrid's environments is stepped by one thread at a time"),
+        custom(
+            f"{section}.max_env_step_concurrent",
+            (f"{MULTI_TURN}.env_workers",),
+            _when_used(_step_workers),
+            "same value",
+            "hybrid's pool of threads that run environment steps",
+        ),
+        custom(
+            f"{section}.use_thread_lock",
+            (),
+            lambda v, c: {},
+            "accepted",
+            "each of hybrid's environments is stepped by one thread at a time",
+        ),
         custom(f"{section}.agent_system_template", (), _when_used(_templates), "null accepted", TEMPLATES),
         custom(f"{section}.agent_template", (), _when_used(_templates), "null accepted", TEMPLATES),
-        custom("custom_envs.*", (), _when_used(_other_env_key),
-               "other keys refused in a section that is read; a section no env manager lists is accepted unread"),
+        custom(
+            "custom_envs.*",
+            (),
+            _when_used(_other_env_key),
+            "other keys refused in a section that is read; a section no env manager lists is accepted unread",
+        ),
     )
 
 
@@ -163,9 +196,18 @@ def _manager_rules(manager: str) -> tuple[Rule, ...]:
 # Top-level variables of ROLL's example files (examples/config/traj_envs.yaml), read through
 # ${...} in custom_envs; the keys that read them are translated, the variables themselves not.
 _VARIABLES = (
-    "max_actions_per_traj", "max_tokens_per_step", "env_manager_cls", "action_pattern", "think_action_pattern",
-    "all_response_pattern", "sokoban_format_penalty", "frozen_format_penalty", "agent_system_template",
-    "agent_template", "single_prompt_agent_system_template", "single_prompt_agent_template",
+    "max_actions_per_traj",
+    "max_tokens_per_step",
+    "env_manager_cls",
+    "action_pattern",
+    "think_action_pattern",
+    "all_response_pattern",
+    "sokoban_format_penalty",
+    "frozen_format_penalty",
+    "agent_system_template",
+    "agent_template",
+    "single_prompt_agent_system_template",
+    "single_prompt_agent_template",
 )
 
 
@@ -177,14 +219,22 @@ def _ratio_type(value: Any, ctx: Context) -> dict[str, Any]:
 
 def _top_level_rules() -> tuple[Rule, ...]:
     return (
-        *(ignore(name, "a YAML variable of ROLL's example environment files, read through custom_envs")
-          for name in _VARIABLES),
+        *(
+            ignore(name, "a YAML variable of ROLL's example environment files, read through custom_envs")
+            for name in _VARIABLES
+        ),
         refuse("render_save_dir", "hybrid renders no environment frames", accept=(None,)),
-        refuse("reward_normalization.method", "hybrid does not normalise environment rewards before the "
-               "advantage estimator", accept=("identity",)),
+        refuse(
+            "reward_normalization.method",
+            "hybrid does not normalise environment rewards before the advantage estimator",
+            accept=("identity",),
+        ),
         ignore("reward_normalization.grouping", "read only with reward_normalization.method, which is refused"),
-        ignore("batch_adjust_mode", "hybrid's batch is always rollout_batch_size x num_return_sequences_in_group "
-               "trajectories; nothing to adjust"),
+        ignore(
+            "batch_adjust_mode",
+            "hybrid's batch is always rollout_batch_size x num_return_sequences_in_group "
+            "trajectories; nothing to adjust",
+        ),
         ignore("episode_reward_weight", "read only by step-wise estimators (gigpo), which are refused"),
         ignore("step_reward_weight", "read only by step-wise estimators (gigpo), which are refused"),
         ignore("step_reward_gamma", "read only by step-wise estimators (gigpo, step_reinforce), which are refused"),

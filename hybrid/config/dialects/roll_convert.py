@@ -116,7 +116,9 @@ def _warmup(role: str, verl_key: str):
     def convert(value: Any, ctx: Context) -> dict[str, Any]:
         train = ctx.effective("rollout_batch_size", "data.train_batch_size")
         epochs = ctx.effective("ppo_epochs", f"{ACTOR}.ppo_epochs")
-        if ctx.has(f"{role}.training_args.per_device_train_batch_size") or ctx.has(f"{role}.training_args.gradient_accumulation_steps"):
+        if ctx.has(f"{role}.training_args.per_device_train_batch_size") or ctx.has(
+            f"{role}.training_args.gradient_accumulation_steps"
+        ):
             mini, _ = _mini_batch(role, ctx)
         else:
             mini = hybrid_default(f"{ACTOR}.ppo_mini_batch_size")
@@ -145,8 +147,12 @@ def _betas(role: str, verl_key: str):
 
 def _advantage(value: Any, ctx: Context) -> dict[str, Any]:
     """adv_estimator, norm_mean_type, norm_std_type and whiten_advantages, read together."""
-    est, mean, std, whiten = (ctx.get(k) for k in ("adv_estimator", "norm_mean_type", "norm_std_type", "whiten_advantages"))
-    combo = f"adv_estimator={est}, norm_mean_type={show(mean)}, norm_std_type={show(std)}, whiten_advantages={show(whiten)}"
+    est, mean, std, whiten = (
+        ctx.get(k) for k in ("adv_estimator", "norm_mean_type", "norm_std_type", "whiten_advantages")
+    )
+    combo = (
+        f"adv_estimator={est}, norm_mean_type={show(mean)}, norm_std_type={show(std)}, whiten_advantages={show(whiten)}"
+    )
     if est == "grpo":
         # ROLL's grpo normalises rewards within each group (mean and std), as hybrid's grpo.
         if whiten:
@@ -156,7 +162,10 @@ def _advantage(value: Any, ctx: Context) -> dict[str, Any]:
         if mean is not None or std is not None:
             raise Refusal(f"{combo}: no key to normalise rewards before GAE", shared=True)
         if not whiten:
-            raise Refusal(f"{combo}: hybrid's gae whitens the advantages over the batch (as verl's); set whiten_advantages: true", shared=True)
+            raise Refusal(
+                f"{combo}: hybrid's gae whitens the advantages over the batch (as verl's); set whiten_advantages: true",
+                shared=True,
+            )
         return {"algorithm.adv_estimator": "gae"}
     if est == "reinforce":
         if mean == "group" and std in ("group", None) and not whiten:
@@ -274,7 +283,9 @@ def _is_weight(value: Any, ctx: Context) -> dict[str, Any]:
         return {f"{ACTOR}.tis_imp_ratio_cap": -1.0} if ctx.key == f"{base}.enabled" else {}
     kind = ctx.get(f"{base}.weight_type", "token")
     if kind != "token":
-        raise Refusal(f"{base}.weight_type={kind}: hybrid has token-level truncated importance sampling only", shared=True)
+        raise Refusal(
+            f"{base}.weight_type={kind}: hybrid has token-level truncated importance sampling only", shared=True
+        )
     cap = ctx.get(f"{base}.upper_bound", 1.2)
     if cap is None:
         raise Refusal(f"{base}.upper_bound=null: hybrid's importance weights are always capped", shared=True)

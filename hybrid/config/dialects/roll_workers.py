@@ -8,7 +8,18 @@ from __future__ import annotations
 from typing import Any
 
 from hybrid.config.dialects.roll_convert import ACTOR, ARR, REF, ROLLOUT, _batches, _betas, _device_mapping, _warmup
-from hybrid.config.dialects.table import Context, Refusal, Rule, choice, custom, hybrid_default, ignore, refuse, same, via
+from hybrid.config.dialects.table import (
+    Context,
+    Refusal,
+    Rule,
+    choice,
+    custom,
+    hybrid_default,
+    ignore,
+    refuse,
+    same,
+    via,
+)
 
 
 def _dtype_train(prefix: str):
@@ -22,12 +33,20 @@ def _dtype_train(prefix: str):
 
 
 def _strategy_config(role: str):
-    refused_strategies = ("megatron_train", "megatron_infer", "deepspeed_train", "deepspeed_infer", "diffusion_deepspeed_train")
+    refused_strategies = (
+        "megatron_train",
+        "megatron_infer",
+        "deepspeed_train",
+        "deepspeed_infer",
+        "diffusion_deepspeed_train",
+    )
 
     def convert(value: Any, ctx: Context) -> dict[str, Any]:
         if ctx.get(f"{role}.strategy_args.strategy_name") in refused_strategies:
             return {}  # the strategy itself is refused, with its reason
-        raise Refusal(f"hybrid's FSDP settings are {ACTOR}.fsdp_config.* in verl keys; no ROLL strategy_config key maps to them")
+        raise Refusal(
+            f"hybrid's FSDP settings are {ACTOR}.fsdp_config.* in verl keys; no ROLL strategy_config key maps to them"
+        )
 
     return convert
 
@@ -46,7 +65,7 @@ _ENGINE_KEYS = {
 
 
 def _engine_config(value: Any, ctx: Context) -> dict[str, Any]:
-    name = ctx.key[len("actor_infer.strategy_args.strategy_config."):]
+    name = ctx.key[len("actor_infer.strategy_args.strategy_config.") :]
     if ctx.get("actor_infer.strategy_args.strategy_name", "vllm") != "vllm":
         return {}
     if name in ("pipeline_parallel_size",) and value != 1:
@@ -84,10 +103,15 @@ def _reward_worker(value: Any, ctx: Context) -> dict[str, Any]:
     name = str(value).rsplit(".", 1)[-1]
     if name in RULE_REWARD_WORKERS:
         return {}
-    raise Refusal(REWARD_WORKER_REFUSALS.get(name, (
-        "hybrid's rule scorers are gsm8k, math and arithmetic, picked by each row's data_source "
-        "(reward/scorers); write a custom_reward_function for others"
-    )))
+    raise Refusal(
+        REWARD_WORKER_REFUSALS.get(
+            name,
+            (
+                "hybrid's rule scorers are gsm8k, math and arithmetic, picked by each row's data_source "
+                "(reward/scorers); write a custom_reward_function for others"
+            ),
+        )
+    )
 
 
 def _training_rules(role: str) -> list[Rule]:
@@ -97,22 +121,38 @@ def _training_rules(role: str) -> list[Rule]:
     mini = f"{ACTOR}.ppo_mini_batch_size" if role == "actor_train" else "critic.ppo_mini_batch_size"
     optim = f"{prefix}.optim"
     return [
-        custom(f"{role}.training_args.per_device_train_batch_size", (micro, mini), _batches(role, mini, micro),
-               "micro = value; mini = value x gradient_accumulation_steps x devices / num_return_sequences_in_group",
-               "samples per device per micro batch; the mini batch is counted in prompts"),
-        custom(f"{role}.training_args.gradient_accumulation_steps", (mini,), _batches(role, mini, micro),
-               "mini = per_device_train_batch_size x value x devices / num_return_sequences_in_group"),
+        custom(
+            f"{role}.training_args.per_device_train_batch_size",
+            (micro, mini),
+            _batches(role, mini, micro),
+            "micro = value; mini = value x gradient_accumulation_steps x devices / num_return_sequences_in_group",
+            "samples per device per micro batch; the mini batch is counted in prompts",
+        ),
+        custom(
+            f"{role}.training_args.gradient_accumulation_steps",
+            (mini,),
+            _batches(role, mini, micro),
+            "mini = per_device_train_batch_size x value x devices / num_return_sequences_in_group",
+        ),
         same(f"{role}.training_args.learning_rate", f"{optim}.lr"),
         same(f"{role}.training_args.weight_decay", f"{optim}.weight_decay"),
-        custom(f"{role}.training_args.warmup_steps", (f"{optim}.lr_warmup_steps",), _warmup(role, f"{optim}.lr_warmup_steps"),
-               "optimizer steps / optimizer steps per training step", "hybrid steps the learning-rate schedule once per training step"),
+        custom(
+            f"{role}.training_args.warmup_steps",
+            (f"{optim}.lr_warmup_steps",),
+            _warmup(role, f"{optim}.lr_warmup_steps"),
+            "optimizer steps / optimizer steps per training step",
+            "hybrid steps the learning-rate schedule once per training step",
+        ),
         same(
             f"{role}.training_args.warmup_ratio",
             f"{optim}.lr_warmup_steps_ratio",
             note="a share of the whole run in both",
         ),
-        choice(f"{role}.training_args.lr_scheduler_type", f"{optim}.warmup_style",
-               {"constant": "constant", "constant_with_warmup": "constant", "linear": "linear", "cosine": "cosine"}),
+        choice(
+            f"{role}.training_args.lr_scheduler_type",
+            f"{optim}.warmup_style",
+            {"constant": "constant", "constant_with_warmup": "constant", "linear": "linear", "cosine": "cosine"},
+        ),
         custom(
             f"{role}.training_args.adam_beta1",
             (f"{optim}.betas",),
@@ -173,10 +213,16 @@ def _ulysses(role: str):
 def _ulysses_rule(role: str) -> Rule:
     key = f"{role}.model_args.ulysses_size"
     if role not in ULYSSES_KEYS:
-        return refuse(key, "hybrid's engine shards by tensor parallelism only; sequence parallelism is for the "
-                      "trained roles (actor_train, reference, critic)", accept=(None, 1))
+        return refuse(
+            key,
+            "hybrid's engine shards by tensor parallelism only; sequence parallelism is for the "
+            "trained roles (actor_train, reference, critic)",
+            accept=(None, 1),
+        )
     how = "same value (null: 1)" + ("; must equal actor_train's" if role == "reference" else "")
-    note = "Ulysses: ranks that split each sequence; data-parallel ranks = devices / this" if role == "actor_train" else ""
+    note = (
+        "Ulysses: ranks that split each sequence; data-parallel ranks = devices / this" if role == "actor_train" else ""
+    )
     return custom(key, (ULYSSES_KEYS[role],), _ulysses(role), how, note)
 
 
@@ -188,9 +234,16 @@ def _worker_rules(role: str) -> list[Rule]:
         "critic": ("critic.forward_micro_batch_size_per_gpu",),
     }
     rules = [
-        custom(f"{role}.device_mapping", ("trainer.nnodes", "trainer.n_gpus_per_node"), _device_mapping,
-               "len -> devices; nodes from num_gpus_per_node" + ("" if role == "actor_train" else "; must equal actor_train's"),
-               "device ids are not pinned: hybrid uses that many devices (choose them with CUDA_VISIBLE_DEVICES)" if role == "actor_train" else ""),
+        custom(
+            f"{role}.device_mapping",
+            ("trainer.nnodes", "trainer.n_gpus_per_node"),
+            _device_mapping,
+            "len -> devices; nodes from num_gpus_per_node"
+            + ("" if role == "actor_train" else "; must equal actor_train's"),
+            "device ids are not pinned: hybrid uses that many devices (choose them with CUDA_VISIBLE_DEVICES)"
+            if role == "actor_train"
+            else "",
+        ),
         refuse(
             f"{role}.worker_cls",
             f"a custom {role} worker class has no counterpart in hybrid",
@@ -204,10 +257,16 @@ def _worker_rules(role: str) -> list[Rule]:
             accept=(None,),
         ),
         _ulysses_rule(role),
-        ignore(f"{role}.model_args.disable_gradient_checkpointing", "no training in this role") if role in ("actor_infer", "reference") else
-        via(f"{role}.model_args.disable_gradient_checkpointing",
-            f"{ARR}.model.enable_gradient_checkpointing" if role == "actor_train" else "critic.model.enable_gradient_checkpointing",
-            lambda v, c: not v, "negated"),
+        ignore(f"{role}.model_args.disable_gradient_checkpointing", "no training in this role")
+        if role in ("actor_infer", "reference")
+        else via(
+            f"{role}.model_args.disable_gradient_checkpointing",
+            f"{ARR}.model.enable_gradient_checkpointing"
+            if role == "actor_train"
+            else "critic.model.enable_gradient_checkpointing",
+            lambda v, c: not v,
+            "negated",
+        ),
         refuse(
             f"{role}.system_envs.*",
             "hybrid sets no environment variables from its config; export them in the shell",
@@ -227,7 +286,9 @@ def _worker_rules(role: str) -> list[Rule]:
     else:
         rules.append(ignore(f"{role}.infer_batch_size", "vLLM batches its requests itself"))
     if role == "actor_infer":
-        rules.append(custom("actor_infer.num_gpus_per_worker", (), _num_gpus_per_worker, "must equal tensor_parallel_size"))
+        rules.append(
+            custom("actor_infer.num_gpus_per_worker", (), _num_gpus_per_worker, "must equal tensor_parallel_size")
+        )
     else:
         rules.append(refuse(f"{role}.num_gpus_per_worker", "one device per training worker", accept=(1,)))
     if role in ("actor_train", "critic"):

@@ -54,12 +54,27 @@ SKYRL_DEFAULTS: dict[str, Any] = {
 
 # Older YAML spellings (skyrl-train's ppo_base_config.yaml) -> the dataclass paths.
 _ENGINE_KEYS = (
-    "model_dtype", "run_engines_locally", "backend", "weight_sync_backend", "async_engine",
-    "vllm_v1_disable_multiproc", "enable_prefix_caching", "enable_chunked_prefill",
-    "max_num_batched_tokens", "enforce_eager", "gpu_memory_utilization", "max_num_seqs",
-    "override_existing_update_group", "enable_http_endpoint", "http_endpoint_host",
-    "http_endpoint_port", "served_model_name", "distributed_executor_backend",
-    "fully_sharded_loras", "enable_ray_prometheus_stats", "weight_transfer_threshold_cuda_ipc_GB",
+    "model_dtype",
+    "run_engines_locally",
+    "backend",
+    "weight_sync_backend",
+    "async_engine",
+    "vllm_v1_disable_multiproc",
+    "enable_prefix_caching",
+    "enable_chunked_prefill",
+    "max_num_batched_tokens",
+    "enforce_eager",
+    "gpu_memory_utilization",
+    "max_num_seqs",
+    "override_existing_update_group",
+    "enable_http_endpoint",
+    "http_endpoint_host",
+    "http_endpoint_port",
+    "served_model_name",
+    "distributed_executor_backend",
+    "fully_sharded_loras",
+    "enable_ray_prometheus_stats",
+    "weight_transfer_threshold_cuda_ipc_GB",
 )
 ALIASES: dict[str, str] = {
     **{f"generator.{k}": f"generator.inference_engine.{k}" for k in _ENGINE_KEYS},
@@ -93,12 +108,25 @@ RULES = (
     same("generator.sampling_params.min_p", f"{ROLLOUT}.min_p"),
     same("generator.sampling_params.repetition_penalty", f"{ROLLOUT}.repetition_penalty"),
     same("generator.sampling_params.stop", f"{ROLLOUT}.stop"),
-    via("generator.sampling_params.logprobs", f"{ROLLOUT}.calculate_log_probs", _logprobs, "null -> false, N -> true",
-        "hybrid keeps the sampled token's log-prob"),
-    custom("generator.sampling_params.additional_kwargs.*", (f"{ROLLOUT}.<name>",), _additional_sampling,
-           "presence_penalty, frequency_penalty, stop_token_ids, repetition_penalty, min_p, ignore_eos"),
-    custom("generator.eval_sampling_params.temperature", (f"{ROLLOUT}.val_kwargs.temperature", f"{ROLLOUT}.val_kwargs.do_sample"),
-           _eval_temperature, "temperature; do_sample = temperature > 0"),
+    via(
+        "generator.sampling_params.logprobs",
+        f"{ROLLOUT}.calculate_log_probs",
+        _logprobs,
+        "null -> false, N -> true",
+        "hybrid keeps the sampled token's log-prob",
+    ),
+    custom(
+        "generator.sampling_params.additional_kwargs.*",
+        (f"{ROLLOUT}.<name>",),
+        _additional_sampling,
+        "presence_penalty, frequency_penalty, stop_token_ids, repetition_penalty, min_p, ignore_eos",
+    ),
+    custom(
+        "generator.eval_sampling_params.temperature",
+        (f"{ROLLOUT}.val_kwargs.temperature", f"{ROLLOUT}.val_kwargs.do_sample"),
+        _eval_temperature,
+        "temperature; do_sample = temperature > 0",
+    ),
     same("generator.eval_sampling_params.top_p", f"{ROLLOUT}.val_kwargs.top_p"),
     same("generator.eval_sampling_params.top_k", f"{ROLLOUT}.val_kwargs.top_k"),
     refuse(
@@ -133,10 +161,17 @@ RULES = (
     ),
     refuse("generator.rope_theta", "the engine uses the policy's model config (trainer.rope_theta)", accept=(None,)),
     # ---- inference engine (older spellings in ALIASES)
-    choice("generator.inference_engine.backend", f"{ROLLOUT}.name", {"vllm": "vllm"},
-           refused={"sglang": "hybrid's engines are in-process vLLM and Hugging Face generate"}),
-    choice("generator.inference_engine.model_dtype", f"{ROLLOUT}.dtype",
-           {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32", "auto": "auto"}),
+    choice(
+        "generator.inference_engine.backend",
+        f"{ROLLOUT}.name",
+        {"vllm": "vllm"},
+        refused={"sglang": "hybrid's engines are in-process vLLM and Hugging Face generate"},
+    ),
+    choice(
+        "generator.inference_engine.model_dtype",
+        f"{ROLLOUT}.dtype",
+        {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32", "auto": "auto"},
+    ),
     refuse("generator.inference_engine.run_engines_locally", f"remote engines: {IN_PROCESS}", accept=(True,)),
     custom(
         "generator.inference_engine.remote_urls",
@@ -181,8 +216,13 @@ RULES = (
         accept=(1,),
     ),
     ignore("generator.inference_engine.weight_sync_backend", f"no collective: {IN_PROCESS}"),
-    via("generator.inference_engine.weight_transfer_threshold_cuda_ipc_GB", f"{ROLLOUT}.update_weights_bucket_megabytes",
-        _bucket_mb, "GB x 1024 -> MB", "the bucket size of hybrid's in-memory weight sync"),
+    via(
+        "generator.inference_engine.weight_transfer_threshold_cuda_ipc_GB",
+        f"{ROLLOUT}.update_weights_bucket_megabytes",
+        _bucket_mb,
+        "GB x 1024 -> MB",
+        "the bucket size of hybrid's in-memory weight sync",
+    ),
     ignore("generator.inference_engine.override_existing_update_group", f"no update group: {IN_PROCESS}"),
     ignore("generator.inference_engine.vllm_v1_disable_multiproc", "hybrid's engine runs in the worker process anyway"),
     ignore("generator.inference_engine.distributed_executor_backend", "hybrid's engine runs in the worker process"),
@@ -274,7 +314,9 @@ def translate_skyrl(overrides: list[str]) -> list[str]:
             value = OmegaConf.select(tree, key, throw_on_missing=True)
             resolved[key] = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
         except Exception as err:  # noqa: BLE001 - OmegaConf raises several kinds; all mean the same here
-            problems.append(f"{key}={given[key]}: cannot resolve the value ({type(err).__name__}: {err})".replace("\n", " "))
+            problems.append(
+                f"{key}={given[key]}: cannot resolve the value ({type(err).__name__}: {err})".replace("\n", " ")
+            )
     if problems:
         raise ConfigError("\n".join(["the SkyRL command line cannot be read:"] + [f"  - {p}" for p in problems]))
     return translate(DIALECT, resolved, order) + passthrough

@@ -132,9 +132,11 @@ def _cispo_bound(verl_key: str):
 
 def _clip_ratio_c(value: Any, ctx: Context) -> dict[str, Any]:
     # With policy_loss_type=regular SkyRL never reads it (the loss rule writes the bound).
-    return {} if _policy_loss_is(ctx, "regular", "cispo", "gspo", "clip_cov", "kl_cov", "sapo") else {
-        f"{ACTOR}.clip_ratio_c": value
-    }
+    return (
+        {}
+        if _policy_loss_is(ctx, "regular", "cispo", "gspo", "clip_cov", "kl_cov", "sapo")
+        else {f"{ACTOR}.clip_ratio_c": value}
+    )
 
 
 def _entropy(value: Any, ctx: Context) -> dict[str, Any]:
@@ -172,8 +174,14 @@ def _tis_ratio_type(value: Any, ctx: Context) -> dict[str, Any]:
     if value is None:
         return {}
     if value == "token":
-        return {f"{ACTOR}.tis_imp_ratio_cap": float(ctx.get("trainer.algorithm.off_policy_correction.token_tis_ratio_clip_high"))}
-    raise Refusal("only token-level truncated importance sampling exists in hybrid (actor_rollout_ref.actor.tis_imp_ratio_cap)")
+        return {
+            f"{ACTOR}.tis_imp_ratio_cap": float(
+                ctx.get("trainer.algorithm.off_policy_correction.token_tis_ratio_clip_high")
+            )
+        }
+    raise Refusal(
+        "only token-level truncated importance sampling exists in hybrid (actor_rollout_ref.actor.tis_imp_ratio_cap)"
+    )
 
 
 def _token_tis_clip(value: Any, ctx: Context) -> dict[str, Any]:

@@ -167,7 +167,9 @@ def _eval_generate_length(value: Any, ctx: Context) -> dict[str, Any]:
         return {"data.max_response_length": value}
     train = ctx.effective(GENERATE, "data.max_response_length")
     if value != train:
-        raise Refusal(f"hybrid validates with the training per-turn budget ({GENERATE}={train}); it has no separate key")
+        raise Refusal(
+            f"hybrid validates with the training per-turn budget ({GENERATE}={train}); it has no separate key"
+        )
     return {}
 
 
@@ -196,7 +198,7 @@ def _env_workers(value: Any, ctx: Context) -> dict[str, Any]:
 
 
 def _gym_section(value: Any, ctx: Context) -> dict[str, Any]:
-    env, _, leaf = ctx.key[len("environment.skyrl_gym."):].partition(".")
+    env, _, leaf = ctx.key[len("environment.skyrl_gym.") :].partition(".")
     if leaf:
         given = {leaf: value}
     elif value is None or isinstance(value, Mapping):
@@ -213,51 +215,99 @@ def _service_note() -> str:
 
 
 GENERATOR_RULES = (
-    custom(MAX_TURNS, (f"{MULTI_TURN}.enable", f"{MULTI_TURN}.max_assistant_turns", f"{MULTI_TURN}.reward_placement"),
-           _max_turns, "1 -> single-turn (unless environment.env_class is an environment); N > 1 -> enable=true, "
-           "max_assistant_turns=N, reward_placement=turn",
-           "SkyRL puts each turn's reward on that turn's last token, hybrid's reward_placement=turn"),
-    custom("generator.batched", (), _batched, "false and true accepted; true with max_turns > 1 refused",
-           "SkyRL's batched=true generates one turn only; false is its per-trajectory agent loop, which hybrid "
-           "batches per turn over all live trajectories"),
-    custom("generator.use_conversation_multi_turn", (f"{MULTI_TURN}.use_conversation_multi_turn",), _conversation,
-           "same value in multi-turn; accepted, unread, in single-turn"),
-    custom("generator.append_eos_token_after_stop_str_in_multi_turn", (), _append_eos,
-           "true accepted (hybrid's behaviour); false refused where SkyRL reads it (multi-turn, conversation "
-           "mode, stop strings given)"),
+    custom(
+        MAX_TURNS,
+        (f"{MULTI_TURN}.enable", f"{MULTI_TURN}.max_assistant_turns", f"{MULTI_TURN}.reward_placement"),
+        _max_turns,
+        "1 -> single-turn (unless environment.env_class is an environment); N > 1 -> enable=true, "
+        "max_assistant_turns=N, reward_placement=turn",
+        "SkyRL puts each turn's reward on that turn's last token, hybrid's reward_placement=turn",
+    ),
+    custom(
+        "generator.batched",
+        (),
+        _batched,
+        "false and true accepted; true with max_turns > 1 refused",
+        "SkyRL's batched=true generates one turn only; false is its per-trajectory agent loop, which hybrid "
+        "batches per turn over all live trajectories",
+    ),
+    custom(
+        "generator.use_conversation_multi_turn",
+        (f"{MULTI_TURN}.use_conversation_multi_turn",),
+        _conversation,
+        "same value in multi-turn; accepted, unread, in single-turn",
+    ),
+    custom(
+        "generator.append_eos_token_after_stop_str_in_multi_turn",
+        (),
+        _append_eos,
+        "true accepted (hybrid's behaviour); false refused where SkyRL reads it (multi-turn, conversation "
+        "mode, stop strings given)",
+    ),
     refuse(
         "generator.step_wise_trajectories",
         "step-wise training (each turn its own sample) has no equivalent; hybrid trains one sample per "
         "trajectory, observation tokens masked out",
         accept=(False,),
     ),
-    custom(INPUT, ("data.max_prompt_length", "data.max_response_length", f"{MULTI_TURN}.max_tokens_per_turn"),
-           _input_length, "single-turn: data.max_prompt_length; multi-turn: data.max_response_length = "
-           "max_input_length + max_generate_length - trainer.max_prompt_length",
-           "SkyRL stops a trajectory before a turn once its input is longer than max_input_length, so a "
-           "trajectory holds at most max_input_length + max_generate_length tokens, prompt included"),
-    custom(GENERATE, ("data.max_response_length", f"{MULTI_TURN}.max_tokens_per_turn"), _generate_length,
-           "single-turn: data.max_response_length; multi-turn: max_tokens_per_turn, and data.max_response_length "
-           "as for max_input_length",
-           "SkyRL's budget of one model turn"),
-    custom("generator.eval_sampling_params.max_generate_length", ("data.max_response_length",), _eval_generate_length,
-           "single-turn: data.max_response_length; multi-turn: must equal sampling_params.max_generate_length",
-           "hybrid validates with the training budgets"),
+    custom(
+        INPUT,
+        ("data.max_prompt_length", "data.max_response_length", f"{MULTI_TURN}.max_tokens_per_turn"),
+        _input_length,
+        "single-turn: data.max_prompt_length; multi-turn: data.max_response_length = "
+        "max_input_length + max_generate_length - trainer.max_prompt_length",
+        "SkyRL stops a trajectory before a turn once its input is longer than max_input_length, so a "
+        "trajectory holds at most max_input_length + max_generate_length tokens, prompt included",
+    ),
+    custom(
+        GENERATE,
+        ("data.max_response_length", f"{MULTI_TURN}.max_tokens_per_turn"),
+        _generate_length,
+        "single-turn: data.max_response_length; multi-turn: max_tokens_per_turn, and data.max_response_length "
+        "as for max_input_length",
+        "SkyRL's budget of one model turn",
+    ),
+    custom(
+        "generator.eval_sampling_params.max_generate_length",
+        ("data.max_response_length",),
+        _eval_generate_length,
+        "single-turn: data.max_response_length; multi-turn: must equal sampling_params.max_generate_length",
+        "hybrid validates with the training budgets",
+    ),
 )
 
 ENVIRONMENT_RULES = (
-    custom(ENV_CLASS, (f"{MULTI_TURN}.env_class", f"{MULTI_TURN}.enable", f"{MULTI_TURN}.max_assistant_turns"),
-           _env_class, "single-turn scorer names with max_turns 1: nothing (" + ", ".join(SINGLE_TURN_ENVS) + "); "
-           "otherwise a hybrid environment name -> multi_turn.env_class, episodes on",
-           "hybrid's environments: arithmetic_retry, skyrl-gym's (gsm8k_multi_turn, text2sql, search, lcb, "
-           "searchcode, gsm8k, aime) with the env extra, or path/to/env.py:ClassName. With env_class null a row's "
-           "env_class column picks the environment; a run-wide env_class applies to every row in hybrid, while "
-           "SkyRL's is the default for rows without one. Single-turn scorers: " + single_turn_note()),
-    custom("environment.skyrl_gym.max_env_workers", (f"{MULTI_TURN}.env_workers",), _env_workers,
-           "N -> N; 0 (SkyRL: in the event loop) -> 1"),
-    custom("environment.skyrl_gym.<env_class>.*", (f"{ENV_KWARGS}.<env_class>.<key>",), _gym_section,
-           "same names below env_kwargs.<env_class>, with SkyRL's defaults for text2sql and search",
-           "each environment gets its own section; " + _service_note()),
+    custom(
+        ENV_CLASS,
+        (f"{MULTI_TURN}.env_class", f"{MULTI_TURN}.enable", f"{MULTI_TURN}.max_assistant_turns"),
+        _env_class,
+        "single-turn scorer names with max_turns 1: nothing (" + ", ".join(SINGLE_TURN_ENVS) + "); "
+        "otherwise a hybrid environment name -> multi_turn.env_class, episodes on",
+        "hybrid's environments: arithmetic_retry, skyrl-gym's (gsm8k_multi_turn, text2sql, search, lcb, "
+        "searchcode, gsm8k, aime) with the env extra, or path/to/env.py:ClassName. With env_class null a row's "
+        "env_class column picks the environment; a run-wide env_class applies to every row in hybrid, while "
+        "SkyRL's is the default for rows without one. Single-turn scorers: " + single_turn_note(),
+    ),
+    custom(
+        "environment.skyrl_gym.max_env_workers",
+        (f"{MULTI_TURN}.env_workers",),
+        _env_workers,
+        "N -> N; 0 (SkyRL: in the event loop) -> 1",
+    ),
+    custom(
+        "environment.skyrl_gym.<env_class>.*",
+        (f"{ENV_KWARGS}.<env_class>.<key>",),
+        _gym_section,
+        "same names below env_kwargs.<env_class>, with SkyRL's defaults for text2sql and search",
+        "each environment gets its own section; " + _service_note(),
+    ),
 )
 
-__all__ = ["ENVIRONMENT_RULES", "GENERATOR_RULES", "GYM_SECTION_DEFAULTS", "SINGLE_TURN_ENVS", "episodes", "single_turn_note"]
+__all__ = [
+    "ENVIRONMENT_RULES",
+    "GENERATOR_RULES",
+    "GYM_SECTION_DEFAULTS",
+    "SINGLE_TURN_ENVS",
+    "episodes",
+    "single_turn_note",
+]

@@ -176,7 +176,9 @@ def choice(
     return Rule(key, targets, convert, how, note)
 
 
-def refuse(key: str, reason: str, accept: Iterable[Any] | Callable[[Any], bool] | None = None, accepts: str = "") -> Rule:
+def refuse(
+    key: str, reason: str, accept: Iterable[Any] | Callable[[Any], bool] | None = None, accepts: str = ""
+) -> Rule:
     """No equivalent: every value fails with `reason`, except the accepted ones (the values
     that describe what hybrid does anyway), which write nothing."""
     if accept is None:
@@ -306,7 +308,7 @@ class Dialect:
             return self.aliases[key]
         for old, new in self.aliases.items():
             if old.endswith(".") and key.startswith(old):
-                return new + key[len(old):]
+                return new + key[len(old) :]
         return key
 
     def rule_for(self, key: str) -> Rule | None:
@@ -320,9 +322,7 @@ class Dialect:
     def is_section(self, key: str) -> bool:
         """True when rules exist below `key` (a null or empty section is simply absent)."""
         start = key + "."
-        return any(r.key.startswith(start) for r in self.rules) or any(
-            a.startswith(start) for a in self.aliases
-        )
+        return any(r.key.startswith(start) for r in self.rules) or any(a.startswith(start) for a in self.aliases)
 
     def known_keys(self) -> list[str]:
         return [r.key for r in self.rules] + [a for a in self.aliases if not a.endswith(".")]
