@@ -85,7 +85,7 @@ def cli() -> None:
     reset_phase()
     with exit_on_error():
         # SkyRL keys (--dialect skyrl) and ROLL pipeline files (--roll-config) become verl keys first.
-        from hybrid.config.dialects import translate_argv
+        from hybrid.dialects import translate_argv
 
         sys.argv[1:] = translate_argv(sys.argv[1:])
         register_resolvers()

@@ -1,4 +1,4 @@
-"""SkyRL and ROLL keys on hybrid's command line (hybrid/config/dialects/), the parts the two
+"""SkyRL and ROLL keys on hybrid's command line (hybrid/dialects/), the parts the two
 dialects share: the `--dialect` / `--roll-config` flags, value quoting, `--cfg job` and
 refusals through the real entry point, and docs/config_dialects.md matching the rule tables;
 also the helpers and the SkyRL reference example the other dialect tests import. Each
@@ -16,9 +16,9 @@ import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from hybrid.config import ConfigError
-from hybrid.config.dialects import translate_argv
-from hybrid.config.dialects.skyrl import translate_skyrl
-from hybrid.config.dialects.table import hydra_value
+from hybrid.dialects import translate_argv
+from hybrid.dialects.skyrl import translate_skyrl
+from hybrid.dialects.table import hydra_value
 
 REPO = Path(__file__).resolve().parents[2]
 ROLL_EXAMPLE = REPO / "examples" / "roll_grpo_arithmetic.yaml"

@@ -1,4 +1,4 @@
-"""SkyRL's and ROLL's multi-turn keys on hybrid's command line (hybrid/config/dialects/
+"""SkyRL's and ROLL's multi-turn keys on hybrid's command line (hybrid/dialects/
 skyrl_multi_turn.py, roll_agentic.py): each key's translated overrides onto
 actor_rollout_ref.rollout.multi_turn, the refusals with their reasons, translated lines that
 pass hybrid's typed-config validation, and the clear failure of an environment whose files
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from hybrid.config import ConfigError, build_config
-from hybrid.config.dialects import translate_argv
-from hybrid.config.dialects.roll import translate_roll
+from hybrid.dialects import translate_argv
+from hybrid.dialects.roll import translate_roll
 from reward.environments.registry import skyrl_registry
 from tests.unit.test_dialects import as_dict, skyrl, skyrl_error
 

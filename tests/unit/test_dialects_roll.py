@@ -1,4 +1,4 @@
-"""ROLL pipeline files on hybrid's command line (hybrid/config/dialects/roll.py and its
+"""ROLL pipeline files on hybrid's command line (hybrid/dialects/roll.py and its
 siblings): each mapping and transform, ROLL overrides applied onto the file, device_mapping
 forms, the refusals (by name, with the reason, all in one error), the nearest-key hint for
 typos, and examples/roll_grpo_arithmetic.yaml translating into a config that loads and
@@ -12,10 +12,10 @@ import pytest
 from omegaconf import OmegaConf
 
 from hybrid.config import ConfigError, load_config, validate_config
-from hybrid.config.dialects import roll as roll_dialect
-from hybrid.config.dialects import translate_argv
-from hybrid.config.dialects.roll import parse_devices, translate_roll
-from hybrid.config.dialects.table import NO_DUAL_CLIP, Refusal
+from hybrid.dialects import roll as roll_dialect
+from hybrid.dialects import translate_argv
+from hybrid.dialects.roll import parse_devices, translate_roll
+from hybrid.dialects.table import NO_DUAL_CLIP, Refusal
 from tests.unit.test_dialects import ROLL_EXAMPLE, A, as_dict
 
 # ---------------------------------------------------------------- ROLL mappings
@@ -174,7 +174,8 @@ def roll_error(tmp_path: Path, text: str, *overrides: str) -> str:
             },
         ),
         (
-            "actor_infer:\n  generating_args:\n    max_new_tokens: ${response_length}\n    temperature: 0.9\n    top_p: 0.95\n"
+            "actor_infer:\n  generating_args:\n    max_new_tokens: ${response_length}\n    temperature: 0.9\n"
+            "    top_p: 0.95\n"
             "    top_k: 50\n    num_return_sequences: ${num_return_sequences_in_group}\n"
             "  strategy_args:\n    strategy_name: vllm\n    strategy_config:\n      gpu_memory_utilization: 0.6\n"
             "      block_size: 16\n      max_model_len: 512\n",
@@ -192,7 +193,8 @@ def roll_error(tmp_path: Path, text: str, *overrides: str) -> str:
         ("actor_infer:\n  strategy_args:\n    strategy_name: hf_infer\n", {f"{A}.rollout.name": "hf"}),
         (
             "actor_train:\n  data_args:\n    file_name: [/d/a.jsonl]\n    template: native\n    messages: messages\n"
-            "validation:\n  data_args:\n    file_name: /d/v.jsonl\n  generating_args:\n    temperature: 0\n    top_p: 1.0\n",
+            "validation:\n  data_args:\n    file_name: /d/v.jsonl\n  generating_args:\n    temperature: 0\n"
+            "    top_p: 1.0\n",
             {
                 "data.train_files": ["/d/a.jsonl"],
                 "data.prompt_key": "messages",
@@ -201,7 +203,8 @@ def roll_error(tmp_path: Path, text: str, *overrides: str) -> str:
             },
         ),
         (
-            "rewards:\n  math_rule:\n    worker_cls: roll.pipeline.rlvr.rewards.math_rule_reward_worker.MathRuleRewardWorker\n"
+            "rewards:\n  math_rule:\n"
+            "    worker_cls: roll.pipeline.rlvr.rewards.math_rule_reward_worker.MathRuleRewardWorker\n"
             "    tag_included: [gsm8k]\n    world_size: 8\n",
             {},
         ),

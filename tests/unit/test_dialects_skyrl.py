@@ -1,4 +1,4 @@
-"""SkyRL keys on hybrid's command line (hybrid/config/dialects/skyrl.py and its siblings):
+"""SkyRL keys on hybrid's command line (hybrid/dialects/skyrl.py and its siblings):
 each mapping and transform, the refusals (by name, with the reason, all in one error), the
 nearest-key hint for typos, and the SkyRL example of the reference docs and
 examples/skyrl_grpo_arithmetic.sh translating into a config that loads and validates.
@@ -13,10 +13,10 @@ import subprocess
 import pytest
 
 from hybrid.config import ConfigError, load_config, validate_config
-from hybrid.config.dialects import skyrl as skyrl_dialect
-from hybrid.config.dialects import translate_argv
-from hybrid.config.dialects.skyrl import translate_skyrl
-from hybrid.config.dialects.table import NO_DUAL_CLIP
+from hybrid.dialects import skyrl as skyrl_dialect
+from hybrid.dialects import translate_argv
+from hybrid.dialects.skyrl import translate_skyrl
+from hybrid.dialects.table import NO_DUAL_CLIP
 from tests.unit.test_dialects import REPO, SKYRL_SEED_EXAMPLE, A, skyrl, skyrl_error
 
 # ---------------------------------------------------------------- SkyRL mappings

@@ -5,7 +5,7 @@ generator's and the environment's.
 
 from __future__ import annotations
 
-from hybrid.config.dialects.skyrl_convert import (
+from hybrid.dialects.skyrl_convert import (
     ACTOR,
     ARR,
     ASYNC,
@@ -44,7 +44,7 @@ from hybrid.config.dialects.skyrl_convert import (
     _warmup,
     free_form,
 )
-from hybrid.config.dialects.table import NO_DUAL_CLIP, choice, custom, ignore, refuse, same, via
+from hybrid.dialects.table import NO_DUAL_CLIP, choice, custom, ignore, refuse, same, via
 
 TRAINER_RULES = (
     # ---- data
@@ -53,7 +53,8 @@ TRAINER_RULES = (
         "data.train_files",
         _lists,
         "list of files",
-        "parquet (or JSON-lines) files in verl's columns: prompt, data_source, reward_model.ground_truth; single-turn scorers read reward_model, environments reward_spec (or reward_model)",
+        "parquet (or JSON-lines) files in verl's columns: prompt, data_source, reward_model.ground_truth; "
+        "single-turn scorers read reward_model, environments reward_spec (or reward_model)",
     ),
     via("data.val_data", "data.val_files", _lists, "list of files"),
     # ---- models
@@ -378,7 +379,8 @@ TRAINER_RULES = (
             "sequence_mean": "seq-mean-token-mean",
             "seq_mean_token_sum_norm": "seq-mean-token-sum-norm",
         },
-        note="seq-mean-token-sum-norm divides by the response horizon (data.max_response_length), SkyRL by max_input_length + max_generate_length: a constant factor",
+        note="seq-mean-token-sum-norm divides by the response horizon (data.max_response_length), SkyRL by "
+        "max_input_length + max_generate_length: a constant factor",
     ),
     custom(
         "trainer.algorithm.eps_clip_low",
@@ -429,7 +431,8 @@ TRAINER_RULES = (
     ),
     refuse(
         "trainer.algorithm.zero_variance_filter",
-        "no key to mask zero-variance groups; algorithm.filter_groups (trainer.algorithm.dynamic_sampling.type=filter) drops and resamples them instead",
+        "no key to mask zero-variance groups; algorithm.filter_groups "
+        "(trainer.algorithm.dynamic_sampling.type=filter) drops and resamples them instead",
         accept=(False,),
     ),
     custom(

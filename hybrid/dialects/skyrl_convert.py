@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hybrid.config.dialects.table import NO_DUAL_CLIP, Context, Refusal, Rule, custom
+from hybrid.dialects.table import NO_DUAL_CLIP, Context, Refusal, Rule, custom
 
 ARR = "actor_rollout_ref"
 ACTOR = f"{ARR}.actor"

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from hybrid.config.dialects.environments import ENV_KWARGS, MULTI_TURN, check_environment
-from hybrid.config.dialects.table import Context, Refusal, Rule, custom, ignore, refuse
+from hybrid.dialects.environments import ENV_KWARGS, MULTI_TURN, check_environment
+from hybrid.dialects.table import Context, Refusal, Rule, custom, ignore, refuse
 
 MANAGERS = ("train_env_manager", "val_env_manager")
 TRAJECTORY_MANAGER = "roll.pipeline.agentic.env_manager.traj_env_manager.TrajEnvManager"

@@ -10,7 +10,7 @@ import ast
 import re
 from typing import Any
 
-from hybrid.config.dialects.table import NO_DUAL_CLIP, Context, Refusal, hybrid_default, show
+from hybrid.dialects.table import NO_DUAL_CLIP, Context, Refusal, hybrid_default, show
 
 ARR = "actor_rollout_ref"
 ACTOR = f"{ARR}.actor"

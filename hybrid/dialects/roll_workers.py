@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from hybrid.config.dialects.roll_convert import ACTOR, ARR, REF, ROLLOUT, _batches, _betas, _device_mapping, _warmup
-from hybrid.config.dialects.table import (
+from hybrid.dialects.roll_convert import ACTOR, ARR, REF, ROLLOUT, _batches, _betas, _device_mapping, _warmup
+from hybrid.dialects.table import (
     Context,
     Refusal,
     Rule,

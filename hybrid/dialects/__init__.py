@@ -5,11 +5,11 @@
 check, Hydra, `--cfg job`) sees an ordinary hybrid command line:
 
     --dialect verl            the default: the line is returned unchanged, minus the flag
-    --dialect skyrl           every key=value is a SkyRL key (hybrid/config/dialects/skyrl.py)
+    --dialect skyrl           every key=value is a SkyRL key (hybrid/dialects/skyrl.py)
     --roll-config PATH.yaml   a ROLL pipeline YAML; every key=value is a ROLL dotted key
                               applied onto the file before translation (as ROLL's own Hydra
                               launcher would; keys not in the file need +key=value)
-                              (hybrid/config/dialects/roll.py; `--dialect roll` may be added)
+                              (hybrid/dialects/roll.py; `--dialect roll` may be added)
 
 Hydra's own flags (`--cfg job`, `--help`, `-m`, ...) and `hydra.*` overrides pass through
 unchanged, so `--dialect skyrl ... --cfg job` prints the resulting config in verl keys.
@@ -79,10 +79,10 @@ def translate_argv(argv: list[str]) -> list[str]:
         return argv
     flags, overrides = _split_overrides(argv)
     if dialect == "skyrl":
-        from hybrid.config.dialects.skyrl import translate_skyrl
+        from hybrid.dialects.skyrl import translate_skyrl
 
         return flags + translate_skyrl(overrides)
-    from hybrid.config.dialects.roll import translate_roll
+    from hybrid.dialects.roll import translate_roll
 
     return flags + translate_roll(roll_configs[0], overrides)
 

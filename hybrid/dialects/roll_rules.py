@@ -1,31 +1,17 @@
-"""The ROLL dialect: a ROLL RLVR pipeline YAML (top-level pipeline keys, and the worker
-sections actor_train, actor_infer, reference, critic, validation, rewards) translated into
-hybrid's verl keys.
-
-`python -m hybrid.main_ppo --roll-config rlvr_config.yaml [key=value ...]` composes the file
-with Hydra the way ROLL's launcher does (its `defaults:` list is read relative to the file,
-its interpolations such as `${response_length}` resolve against it), applies the key=value
-arguments as ROLL dotted keys onto it (a key the file does not have needs +key=value, as in
-ROLL), then translates every leaf. `translate_roll` returns the verl overrides or raises
-ConfigError naming every key that has no equivalent, with the reason.
-
-Units that differ are transformed: ROLL's optimizer-step batch is
-`per_device_train_batch_size x gradient_accumulation_steps x len(device_mapping)` samples,
-verl's `ppo_mini_batch_size` is that divided by `num_return_sequences_in_group` (prompts);
-ROLL's warm-up counts optimizer steps, hybrid's training steps; `sequence_length` is prompt
-plus response. hybrid runs every role on the same devices, so the worker sections must share
-one `device_mapping`; its length is the number of devices. The agentic pipeline's multi-turn
-keys (custom_envs, the env managers) are in roll_agentic.py; the converters the rules call
-are in roll_convert.py, the worker sections' rules in roll_workers.py.
+"""The ROLL dialect's rule table: for each key of a ROLL RLVR pipeline YAML (top-level
+pipeline keys and the worker sections actor_train, actor_infer, reference, critic,
+validation, rewards), the verl keys it sets, or why it is ignored or refused; and ROLL's
+own defaults for keys that a rule reads together with the one given. roll.py reads the
+file and applies this table; the converters are in roll_convert.py, the worker sections'
+rules in roll_workers.py, the agentic keys in roll_agentic.py.
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-from hybrid.config.dialects.roll_agentic import AGENTIC_RULES
-from hybrid.config.dialects.roll_convert import (
+from hybrid.dialects.roll_agentic import AGENTIC_RULES
+from hybrid.dialects.roll_convert import (
     ACTOR,
     ARR,
     ASYNC,
@@ -56,26 +42,22 @@ from hybrid.config.dialects.roll_convert import (
     _val_greedy,
     _val_lengths,
     _value_clip,
-    parse_devices,
 )
-from hybrid.config.dialects.roll_workers import (
+from hybrid.dialects.roll_workers import (
     _dtype_train,
     _engine_config,
     _reward_worker,
     _strategy_config,
     _worker_rules,
 )
-from hybrid.config.dialects.table import (
+from hybrid.dialects.table import (
     NO_DUAL_CLIP,
-    Dialect,
     Rule,
     choice,
     custom,
     ignore,
     refuse,
     same,
-    show,
-    translate,
     via,
 )
 
@@ -420,7 +402,8 @@ RULES: tuple[Rule, ...] = (
     refuse("actor_train.model_args.lora_dropout", "hybrid's LoRA has no dropout key", accept=(None, 0, 0.0)),
     refuse(
         "actor_train.pg_variant",
-        "ROLL's policy-gradient variants other than ppo have no mapping; hybrid's losses are actor_rollout_ref.actor.policy_loss.loss_mode",
+        "ROLL's policy-gradient variants other than ppo have no mapping; hybrid's losses are "
+        "actor_rollout_ref.actor.policy_loss.loss_mode",
         accept=(None, "ppo"),
     ),
     ignore("actor_train.topr_positive_weight", "read only with use_topr_loss, which is refused"),
@@ -461,8 +444,8 @@ RULES: tuple[Rule, ...] = (
         "actor_infer.strategy_args.strategy_config.*",
         (f"{ROLLOUT}.<key>", f"{ROLLOUT}.engine_kwargs.vllm.<key>"),
         _engine_config,
-        "gpu_memory_utilization, max_model_len, tensor_parallel_size, load_format, enforce_eager, max_num_batched_tokens, "
-        "max_num_seqs, enable_chunked_prefill -> rollout keys; others -> engine_kwargs.vllm",
+        "gpu_memory_utilization, max_model_len, tensor_parallel_size, load_format, enforce_eager, "
+        "max_num_batched_tokens, max_num_seqs, enable_chunked_prefill -> rollout keys; others -> engine_kwargs.vllm",
     ),
     # ---- generation
     same("actor_infer.generating_args.max_new_tokens", "data.max_response_length"),
@@ -568,77 +551,4 @@ RULES: tuple[Rule, ...] = (
     *AGENTIC_RULES,
 )
 
-DIALECT = Dialect(
-    name="ROLL",
-    rules=RULES,
-    aliases={},
-    defaults=ROLL_DEFAULTS,
-    always={"trainer.merge_on_finish": False, "trainer.plot_on_finish": False},
-    always_why=(
-        "ROLL writes no merged folder and no plots at the end of a run; its checkpoints already hold "
-        "the Hugging Face model (save_steps)"
-    ),
-    notes=(
-        "Keys the file does not give take hybrid's defaults (hybrid/config/ppo_trainer.yaml), not ROLL's, "
-        "except where one key is read together with others (the advantage settings, the clip range, the "
-        "optimizer-step batch): there the missing ones take ROLL's defaults. Notably ROLL's adv_estimator "
-        "defaults to gae, loss_agg_mode to seq-mean-token-mean (hybrid: token-mean), init_kl_coef to 0.2.",
-        "Data files use verl's columns (prompt, data_source, reward_model.ground_truth, extra_info); "
-        "ROLL's tag column does not route rows, each row's data_source picks the scorer.",
-        "Multi-turn: a custom_envs section (the agentic pipeline's) sets hybrid's multi_turn section; the "
-        "episodes start from the data file's rows, whose env_class column picks the environment where "
-        "custom_envs names none (roll_agentic.py has the details).",
-    ),
-)
-
-
-def translate_roll(path: str, overrides: list[str]) -> list[str]:
-    """A ROLL pipeline YAML plus ROLL dotted `key=value` overrides -> verl overrides
-    (`hydra.*` overrides pass through unchanged). Raises ConfigError listing every problem."""
-    from hydra import compose, initialize_config_dir
-    from hydra.errors import HydraException
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
-    from hybrid.config import ConfigError
-
-    full = os.path.abspath(path)
-    if not os.path.isfile(full):
-        raise ConfigError(f"--roll-config {path}: no such file (working directory {os.getcwd()})")
-    passthrough = [o for o in overrides if o.lstrip("+~").startswith(("hydra.", "hydra/"))]
-    roll_overrides = [o for o in overrides if o not in passthrough]
-    name = os.path.splitext(os.path.basename(full))[0]
-    try:
-        with initialize_config_dir(config_dir=os.path.dirname(full), version_base=None):
-            cfg = compose(config_name=name, overrides=roll_overrides)
-    except (HydraException, OmegaConfBaseException) as err:
-        raise ConfigError(f"--roll-config {path}: ROLL's file or overrides cannot be composed: {err}") from err
-
-    problems, given = [], {}
-    for key, raw in _leaves(OmegaConf.to_container(cfg, resolve=False)):
-        try:
-            value = OmegaConf.select(cfg, key, throw_on_missing=True)
-            given[key] = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
-        except OmegaConfBaseException as err:
-            rule = DIALECT.rule_for(key)
-            if rule is not None and rule.kind == "ignore":
-                continue
-            problems.append(
-                f"{key}={show(raw)}: cannot resolve the value ({type(err).__name__}: {err})".replace("\n", " ")
-            )
-    if problems:
-        raise ConfigError("\n".join([f"--roll-config {path} cannot be read:"] + [f"  - {p}" for p in problems]))
-    return translate(DIALECT, given) + passthrough
-
-
-def _leaves(tree: Any, prefix: str = ""):
-    """(dotted key, unresolved value) for every leaf; a whole-dict interpolation is a leaf."""
-    for name, value in tree.items():
-        key = f"{prefix}.{name}" if prefix else str(name)
-        if isinstance(value, dict) and value:
-            yield from _leaves(value, key)
-        else:
-            yield key, value
-
-
-__all__ = ["DIALECT", "RULES", "parse_devices", "translate_roll"]
+__all__ = ["ROLL_DEFAULTS", "RULES"]

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hybrid.config.dialects.skyrl_convert import (
+from hybrid.dialects.skyrl_convert import (
     IN_PROCESS,
     ROLLOUT,
     _additional_sampling,
@@ -35,9 +35,9 @@ from hybrid.config.dialects.skyrl_convert import (
     _remote_urls,
     free_form,
 )
-from hybrid.config.dialects.skyrl_multi_turn import ENVIRONMENT_RULES, GENERATOR_RULES
-from hybrid.config.dialects.skyrl_trainer import TRAINER_RULES
-from hybrid.config.dialects.table import Dialect, choice, custom, ignore, refuse, same, translate, via
+from hybrid.dialects.skyrl_multi_turn import ENVIRONMENT_RULES, GENERATOR_RULES
+from hybrid.dialects.skyrl_trainer import TRAINER_RULES
+from hybrid.dialects.table import Dialect, choice, custom, ignore, refuse, same, translate, via
 
 # SkyRL defaults that a rule reads when a key it depends on is not given and hybrid has no
 # key for it (from SkyRL's config dataclasses).

@@ -30,8 +30,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hybrid.config.dialects.environments import ENV_KWARGS, MULTI_TURN, check_environment
-from hybrid.config.dialects.table import Context, Refusal, custom, flatten, refuse
+from hybrid.dialects.environments import ENV_KWARGS, MULTI_TURN, check_environment
+from hybrid.dialects.table import Context, Refusal, custom, flatten, refuse
 
 MAX_TURNS = "generator.max_turns"
 ENV_CLASS = "environment.env_class"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hybrid.config.dialects.table import Refusal
+from hybrid.dialects.table import Refusal
 
 MULTI_TURN = "actor_rollout_ref.rollout.multi_turn"
 ENV_KWARGS = f"{MULTI_TURN}.env_kwargs"
