@@ -27,7 +27,8 @@ def print_header(config, trainer) -> None:
         f"hybrid: {config.algorithm.adv_estimator} on {_model_name(config.actor_rollout_ref.model.path)} | "
         f"{get_device_name()} x {config.world_size} | {mode}rollout {rollout.name}, n={rollout.n}",
         f"  data: {len(trainer.train_dataloader.dataset)} training rows, {val_rows} validation rows | "
-        f"{trainer.total_training_steps} step{'s' if trainer.total_training_steps != 1 else ''} of {config.data.train_batch_size} prompts"
+        f"{trainer.total_training_steps} step{'s' if trainer.total_training_steps != 1 else ''} of "
+        f"{config.data.train_batch_size} prompts"
         + (f" | validation every {test_freq} steps" if val_rows and test_freq > 0 else ""),
         f"  run folder: {config.trainer.default_local_dir} (metrics, engine logs, checkpoints)",
     ]
@@ -62,7 +63,8 @@ def print_summary(config, result: dict) -> None:
         lines.append(f"  engine logs: {', '.join(engine_logs)}")
     if result.get("plots"):
         lines.append(
-            f"  plots: {os.path.dirname(result['plots'][0])} ({', '.join(os.path.basename(str(p)) for p in result['plots'])})"
+            f"  plots: {os.path.dirname(result['plots'][0])} "
+            f"({', '.join(os.path.basename(str(p)) for p in result['plots'])})"
         )
     from hybrid.checkpointing import latest_checkpoint
 

@@ -260,7 +260,8 @@ class RLHFDataset(Dataset):
                 f"{self.max_prompt_length} (the longest has {max(lengths)} tokens)"
             )
         print(
-            f"filter_overlong_prompts: dropped {len(lengths) - len(keep)} of {len(lengths)} rows over {self.max_prompt_length} tokens"
+            f"filter_overlong_prompts: dropped {len(lengths) - len(keep)} of {len(lengths)} rows over "
+            f"{self.max_prompt_length} tokens"
         )
         self.rows = [self.rows[i] for i in keep]
         self.origins = [self.origins[i] for i in keep]

@@ -273,7 +273,8 @@ def _validation_metrics(data_sources, sample_inputs, infos_dict, n) -> dict[str,
         for (source, prompt), rows in groups.items():
             if len(rows) < n:
                 raise ValueError(
-                    f"validation prompt from {source!r} has {len(rows)} samples, fewer than n={n}: {str(prompt)[:200]!r}"
+                    f"validation prompt from {source!r} has {len(rows)} samples, fewer than n={n}: "
+                    f"{str(prompt)[:200]!r}"
                 )
     counts = validation_sample_counts(n)
     core_var = "acc" if "acc" in infos_dict else "reward"

@@ -45,7 +45,7 @@ STEP_TIME = "timing_s/step"
 # (it was inside `gen` while generation synced lazily).
 NESTED_PHASES: dict[str, str] = {}
 
-__all__ = ["MetricsFileError", "load_metrics", "plot_metrics", "main"]
+__all__ = ["MetricsFileError", "load_metrics", "plot_metrics"]
 
 
 class MetricsFileError(ValueError):

@@ -195,7 +195,8 @@ def _model_files_problem(full: str, names: set[str]) -> str | None:
     if "fsdp_config.json" in names or any(n.startswith("model_world_size_") for n in names):
         return (
             f"is a training checkpoint, not a model folder; turn it into one with `python -m scripts.model_merger "
-            f"merge --backend fsdp --local_dir {full} --target_dir <folder>`, or use {os.path.join(full, 'huggingface')} "
+            f"merge --backend fsdp --local_dir {full} --target_dir <folder>`, or use "
+            f"{os.path.join(full, 'huggingface')} "
             f"once merged"
         )
     if "config.json" not in names:

@@ -3,7 +3,8 @@
 Tensors live in a TensorDict (`batch`), per-row Python objects (prompts, ground truths,
 uids) in numpy object arrays (`non_tensor_batch`), and per-call settings in `meta_info`.
 Method names and semantics follow verl's `verl/protocol.py`; every operation first checks
-that all row-indexed fields agree in length and names the key that does not.
+that all row-indexed fields agree in length and names the key that does not. The file
+format of `save_to_disk` / `load_from_disk` is in protocol/data_proto_disk.py.
 """
 
 from __future__ import annotations
@@ -18,12 +19,9 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-__all__ = ["DataProto", "DataProtoItem", "pad_dataproto_to_divisor", "unpad_dataproto"]
+from protocol.data_proto_disk import load_fields, save_fields
 
-_SAVE_FORMAT = "hybrid.DataProto/1"
-# Exact types, not isinstance: np.float64 and np.str_ subclass float and str, and the
-# weights_only unpickler rejects them.
-_PRIMITIVE_TYPES = (type(None), bool, int, float, str, bytes)
+__all__ = ["DataProto", "DataProtoItem", "pad_dataproto_to_divisor", "unpad_dataproto"]
 
 
 def _as_object_array(key: str, value: Any) -> np.ndarray:
@@ -85,30 +83,6 @@ def _values_equal(a: Any, b: Any) -> bool:
     if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
         return True
     return bool(a == b)
-
-
-def _to_storable(value: Any, where: str) -> Any:
-    """Convert a value to what torch.load(weights_only=True) accepts, or say which one cannot be."""
-    if isinstance(value, (np.bool_, np.integer, np.floating, np.str_)):
-        return value.item()  # same value as a Python scalar; numpy scalars are not weights_only safe
-    if type(value) in _PRIMITIVE_TYPES:
-        return value
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu()
-    if type(value) in (list, tuple):
-        items = [_to_storable(item, where) for item in value]
-        return items if type(value) is list else tuple(items)
-    if type(value) is dict:
-        stored = {}
-        for key, item in value.items():
-            if type(key) not in _PRIMITIVE_TYPES:
-                raise TypeError(f"cannot save {where}: dict key {key!r} of type {type(key).__name__} is not storable")
-            stored[key] = _to_storable(item, where)
-        return stored
-    raise TypeError(
-        f"cannot save {where}: a value of type {type(value).__name__} cannot be loaded with "
-        "torch.load(weights_only=True); convert it to str/int/float/bool/None/list/dict first"
-    )
 
 
 @dataclass(eq=False)
@@ -565,35 +539,12 @@ class DataProto:
         """Write a file that torch.load(weights_only=True) can read: tensors on CPU, non-tensor
         rows as Python lists. Numpy scalars are stored as Python scalars."""
         self.check_consistency()
-        batch = None
-        if self.batch is not None:
-            batch = {"batch_size": list(self.batch.batch_size), "tensors": self.batch.to("cpu").to_dict()}
-        non_tensors = {}
-        for key, value in self.non_tensor_batch.items():
-            values = [_to_storable(row, f"non_tensor_batch[{key!r}]") for row in value.reshape(-1)]
-            non_tensors[key] = {"shape": list(value.shape), "values": values}
-        meta_info = {key: _to_storable(value, f"meta_info[{key!r}]") for key, value in self.meta_info.items()}
-        payload = {"format": _SAVE_FORMAT, "batch": batch, "non_tensor_batch": non_tensors, "meta_info": meta_info}
-        # Written beside and renamed, so a crash never leaves a half-written file at `path`.
-        tmp_path = f"{os.fspath(path)}.tmp"
-        torch.save(payload, tmp_path)
-        os.replace(tmp_path, path)
+        save_fields(path, self.batch, self.non_tensor_batch, self.meta_info)
 
     @classmethod
     def load_from_disk(cls, path: str | os.PathLike) -> DataProto:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-        if not isinstance(payload, dict) or payload.get("format") != _SAVE_FORMAT:
-            raise ValueError(f"{os.fspath(path)} is not a DataProto written by DataProto.save_to_disk")
-        batch = None
-        if payload["batch"] is not None:
-            batch = TensorDict(source=payload["batch"]["tensors"], batch_size=payload["batch"]["batch_size"])
-        non_tensors = {}
-        for key, stored in payload["non_tensor_batch"].items():
-            flat = np.empty(len(stored["values"]), dtype=object)
-            for i, row in enumerate(stored["values"]):
-                flat[i] = row
-            non_tensors[key] = flat.reshape(stored["shape"])
-        return cls(batch=batch, non_tensor_batch=non_tensors, meta_info=payload["meta_info"])
+        batch, non_tensors, meta_info = load_fields(path)
+        return cls(batch=batch, non_tensor_batch=non_tensors, meta_info=meta_info)
 
 
 def pad_dataproto_to_divisor(data: DataProto, size_divisor: int) -> tuple[DataProto, int]:

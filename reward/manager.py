@@ -103,7 +103,8 @@ class RewardManagerBase(abc.ABC):
         prompt_len, response_len = prompts.shape[-1], responses.shape[-1]
         if mask.shape[-1] != prompt_len + response_len:
             raise ValueError(
-                f"attention_mask has {mask.shape[-1]} columns; expected prompts ({prompt_len}) + responses ({response_len})"
+                f"attention_mask has {mask.shape[-1]} columns; expected prompts ({prompt_len}) + responses "
+                f"({response_len})"
             )
         non_tensor = data.non_tensor_batch
         for key in (self.reward_fn_key, "reward_model"):
@@ -160,7 +161,10 @@ class RewardManagerBase(abc.ABC):
 
     def _check(self, result, sample: Sample) -> tuple[float, dict]:
         """The score of one result and its extra keys; loud on anything unusable."""
-        where = f"reward function {_describe(self.compute_score)} on sample {sample.index} (data_source={sample.data_source!r})"
+        where = (
+            f"reward function {_describe(self.compute_score)} on sample {sample.index} "
+            f"(data_source={sample.data_source!r})"
+        )
         extras: dict = {}
         value = result
         if isinstance(result, dict):
@@ -457,7 +461,8 @@ class PrimeRewardManager(RewardManagerBase):
                 timeouts.extend(futures[f] for f in pending)
                 warnings.warn(
                     f"prime reward manager: no sample finished in {self.timeout_s + self.hang_grace_s:.0f}s; "
-                    f"terminating the pool, {len(pending)} samples score 0 as timeouts"
+                    f"terminating the pool, {len(pending)} samples score 0 as timeouts",
+                    stacklevel=2,
                 )
                 self.close()
                 break
@@ -484,7 +489,8 @@ class PrimeRewardManager(RewardManagerBase):
         self.last_metrics = {"reward/timeouts": float(len(timeouts)), "reward/errors": float(len(errors))}
         if timeouts:
             print(
-                f"[prime reward] {len(timeouts)} samples ran past {self.timeout_s}s and score 0: indices {sorted(timeouts)}"
+                f"[prime reward] {len(timeouts)} samples ran past {self.timeout_s}s and score 0: "
+                f"indices {sorted(timeouts)}"
             )
         for i, message in sorted(errors)[:3]:
             print(f"[prime reward] sample {i} (data_source={samples[i].data_source!r}) failed and scores 0: {message}")

@@ -1,6 +1,7 @@
 """Multi-turn rollout throughput against single-turn rollout of the same model tokens.
 
-    python -m scripts.bench_multi_turn [--prompts 16] [--n 4] [--turns 3] [--tokens-per-turn 16] [--repeats 2] [key=value ...]
+    python -m scripts.bench_multi_turn [--prompts 16] [--n 4] [--turns 3] [--tokens-per-turn 16]
+        [--repeats 2] [key=value ...]
 
 One in-process vLLM engine (the rollout engine of the hybrid worker, SmolLM2-135M read from
 the default model folder, the default config's dtype) serves both runs, in the same

@@ -111,20 +111,9 @@ def build_result(
     return result
 
 
-def main(spec_path: str) -> None:
-    with open(spec_path) as f:
-        spec = json.load(f)
-    started = time.perf_counter()
-
-    from datasets import Dataset
-    from transformers import AutoTokenizer, TrainerCallback
-    from trl import GRPOTrainer
-
-    rows = spec["rows"]
-    dataset = Dataset.from_list([{"prompt": r["prompt"], "ground_truth": r["ground_truth"]} for r in rows])
-
-    step_rewards: list[float] = []
-    samples: list[list[dict]] = []  # the first 4 completions of each step, to read
+def reward_function(step_rewards: list[float], samples: list[list[dict]]):
+    """hybrid's arithmetic scorer as TRL's reward function; it records each step's mean reward
+    and its first 4 completions."""
 
     def arithmetic_reward(prompts, completions, ground_truth, **kwargs):
         """hybrid's arithmetic scorer, one float per completion."""
@@ -139,11 +128,13 @@ def main(spec_path: str) -> None:
         )
         return scores
 
-    args = grpo_args(spec)
+    return arithmetic_reward
 
-    step_ends: list[float] = []
-    gen_seconds: list[float] = []
-    log_records: list[dict] = []
+
+def timer_callback(spec: dict, step_ends: list[float], gen_seconds, step_rewards, log_records: list[dict]):
+    """A TrainerCallback that records the step ends and the logs, and writes what is known
+    so far after each step."""
+    from transformers import TrainerCallback
 
     class Timer(TrainerCallback):
         def on_train_begin(self, args, state, control, **kwargs):
@@ -160,7 +151,8 @@ def main(spec_path: str) -> None:
             }
             Path(spec["result_path"] + ".partial").write_text(json.dumps(partial))
             print(
-                f"trl: step {state.global_step} {step_ends[-1] - step_ends[-2]:.1f}s reward {step_rewards[-1] if step_rewards else float('nan'):.3f}",
+                f"trl: step {state.global_step} {step_ends[-1] - step_ends[-2]:.1f}s "
+                f"reward {step_rewards[-1] if step_rewards else float('nan'):.3f}",
                 flush=True,
             )
 
@@ -170,18 +162,11 @@ def main(spec_path: str) -> None:
                 record["step"] = state.global_step
                 log_records.append(record)
 
-    tokenizer = AutoTokenizer.from_pretrained(spec["model_path"])
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    trainer = GRPOTrainer(
-        model=spec["model_path"],
-        reward_funcs=arithmetic_reward,
-        args=args,
-        train_dataset=dataset,
-        processing_class=tokenizer,
-        callbacks=[Timer()],
-    )
-    # Time generation separately (the transformers `generate` call inside TRL's step).
+    return Timer()
+
+
+def time_generation(trainer, gen_seconds: list[float]) -> None:
+    """Time generation separately (the transformers `generate` call inside TRL's step)."""
     generate = trainer._generate_single_turn
 
     def timed_generate(*a, **kw):
@@ -191,6 +176,39 @@ def main(spec_path: str) -> None:
         return out
 
     trainer._generate_single_turn = timed_generate
+
+
+def main(spec_path: str) -> None:
+    with open(spec_path) as f:
+        spec = json.load(f)
+    started = time.perf_counter()
+
+    from datasets import Dataset
+    from transformers import AutoTokenizer
+    from trl import GRPOTrainer
+
+    rows = spec["rows"]
+    dataset = Dataset.from_list([{"prompt": r["prompt"], "ground_truth": r["ground_truth"]} for r in rows])
+
+    step_rewards: list[float] = []
+    samples: list[list[dict]] = []  # the first 4 completions of each step, to read
+    args = grpo_args(spec)
+    step_ends: list[float] = []
+    gen_seconds: list[float] = []
+    log_records: list[dict] = []
+
+    tokenizer = AutoTokenizer.from_pretrained(spec["model_path"])
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    trainer = GRPOTrainer(
+        model=spec["model_path"],
+        reward_funcs=reward_function(step_rewards, samples),
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=[timer_callback(spec, step_ends, gen_seconds, step_rewards, log_records)],
+    )
+    time_generation(trainer, gen_seconds)
     loaded = time.perf_counter()
     trainer.train()
     finished = time.perf_counter()

@@ -331,19 +331,26 @@ def print_table(results: dict, machine: dict, threads: int, trl_key: str | None)
     rows = [r for r in results.values() if r]
     print()
     print(
-        f"machine: {machine['cpu']}, {machine['cores']} cores, fast bf16: {machine['fast_bf16']}, OMP/torch threads: {threads}"
+        f"machine: {machine['cpu']}, {machine['cores']} cores, fast bf16: {machine['fast_bf16']}, "
+        f"OMP/torch threads: {threads}"
     )
-    header = f"{'system':<22} {'s/step mean':>11} {'excl. step 1':>12} {'gen s excl. 1':>13} {'reward/step':>11} {'resp len':>8} {'wall s':>7} {'load1 mean/max':>14}"
+    header = (
+        f"{'system':<22} {'s/step mean':>11} {'excl. step 1':>12} {'gen s excl. 1':>13} {'reward/step':>11} "
+        f"{'resp len':>8} {'wall s':>7} {'load1 mean/max':>14}"
+    )
     print(header)
     print("-" * len(header))
     for r in rows:
         print(
-            f"{r['name']:<22} {_fmt(r['s_per_step_mean']):>11} {_fmt(r['s_per_step_mean_excl_first']):>12} {_fmt(r.get('gen_mean_excl_first')):>13} "
-            f"{_fmt(r['reward_mean'], '.3f'):>11} {_fmt(r.get('response_length_mean')):>8} {_fmt(r['wall_seconds'], '.0f'):>7} {_fmt(r.get('load1_mean')) + '/' + _fmt(r.get('load1_max')):>14}"
+            f"{r['name']:<22} {_fmt(r['s_per_step_mean']):>11} {_fmt(r['s_per_step_mean_excl_first']):>12} "
+            f"{_fmt(r.get('gen_mean_excl_first')):>13} {_fmt(r['reward_mean'], '.3f'):>11} "
+            f"{_fmt(r.get('response_length_mean')):>8} {_fmt(r['wall_seconds'], '.0f'):>7} "
+            f"{_fmt(r.get('load1_mean')) + '/' + _fmt(r.get('load1_max')):>14}"
         )
         if r.get("load1_max", 0) > threads + 1:
             print(
-                f"  ^ the machine was busy during this run (1-min load up to {r['load1_max']:.1f} on {machine['cores']} cores): its timing is not clean"
+                f"  ^ the machine was busy during this run (1-min load up to {r['load1_max']:.1f} on "
+                f"{machine['cores']} cores): its timing is not clean"
             )
     hybrid, trl = results.get("hybrid"), results.get(trl_key) if trl_key else None
     if hybrid and trl:
@@ -351,7 +358,8 @@ def print_table(results: dict, machine: dict, threads: int, trl_key: str | None)
         ratio_steady = hybrid["s_per_step_mean_excl_first"] / trl["s_per_step_mean_excl_first"]
         verdict = "meets" if ratio_steady <= GOAL_RATIO else "misses"
         print(
-            f"ratio hybrid/{trl['name']}: {ratio_all:.2f} (all steps), {ratio_steady:.2f} (excl. step 1) -- goal <= {GOAL_RATIO}: {verdict}"
+            f"ratio hybrid/{trl['name']}: {ratio_all:.2f} (all steps), {ratio_steady:.2f} (excl. step 1) -- "
+            f"goal <= {GOAL_RATIO}: {verdict}"
         )
     if hybrid:
         print("hybrid per-phase seconds, mean excl. step 1 (all steps if only one):")
@@ -371,7 +379,8 @@ def main(argv: list[str] | None = None) -> int:
         "--trl-precision",
         choices=("auto", "fp32", "bf16", "both"),
         default="auto",
-        help="TRL's precision: auto = bf16 where the CPU has fast bf16 matmuls, else fp32; both = run both, compare with the faster",
+        help="TRL's precision: auto = bf16 where the CPU has fast bf16 matmuls, else fp32; "
+        "both = run both, compare with the faster",
     )
     parser.add_argument(
         "--threads", type=int, default=os.cpu_count() or 1, help="OMP_NUM_THREADS for both runs (default: all cores)"

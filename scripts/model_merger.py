@@ -54,7 +54,8 @@ class ShardedCheckpoint:
         self.meta = read_meta(local_dir)
         if "model" not in self.meta["contents"]:
             raise CheckpointError(
-                f"{local_dir} holds {self.meta['contents']} and no model shards; save with 'model' in checkpoint.save_contents"
+                f"{local_dir} holds {self.meta['contents']} and no model shards; "
+                f"save with 'model' in checkpoint.save_contents"
             )
         self.world_size = int(self.meta["world_size"])
         paths = [os.path.join(local_dir, shard_file("model", self.world_size, r)) for r in range(self.world_size)]
@@ -326,7 +327,8 @@ def main(argv=None) -> int:
             args.local_dir, args.target_dir, args.max_shard_size, args.save_lora_adapter, args.dtype, args.hf_model_path
         )
         print(
-            f"model_merger: wrote {len(files)} weight file(s) to {args.target_dir} in {time.perf_counter() - start:.1f} s"
+            f"model_merger: wrote {len(files)} weight file(s) to {args.target_dir} in "
+            f"{time.perf_counter() - start:.1f} s"
         )
         return 0
     ok, lines = compare(args.local_dir, args.test_hf_dir, args.atol)

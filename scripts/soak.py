@@ -90,7 +90,8 @@ def format_summary(summary: dict[str, dict[str, float]], from_step: int, last_st
     for name, s in summary.items():
         lines.append(
             f"{name:<8} {s['rss_start_gb']:>11.3f} {s['rss_end_gb']:>11.3f} {s['rss_growth_pct']:>9.2f} "
-            f"{s['rss_peak_gb']:>8.3f} {s['heap_start_gb']:>6.3f}->{s['heap_end_gb']:<6.3f} {s['fds_start']:>5.0f}->{s['fds_end']:<5.0f} {s['threads_start']:>5.0f}->{s['threads_end']:<5.0f}"
+            f"{s['rss_peak_gb']:>8.3f} {s['heap_start_gb']:>6.3f}->{s['heap_end_gb']:<6.3f} "
+            f"{s['fds_start']:>5.0f}->{s['fds_end']:<5.0f} {s['threads_start']:>5.0f}->{s['threads_end']:<5.0f}"
         )
     worst = max(s["rss_growth_pct"] for s in summary.values())
     verdict = "within" if worst < goal_pct else "OVER"

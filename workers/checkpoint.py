@@ -136,7 +136,8 @@ def load_model_shard(model: torch.nn.Module, path: str, layout: dict) -> None:
         target = _local(tensor)
         if tuple(target.shape) != tuple(value.shape):
             raise ValueError(
-                f"checkpoint {path}: {name} has local shape {tuple(value.shape)}, the model's shard is {tuple(target.shape)}"
+                f"checkpoint {path}: {name} has local shape {tuple(value.shape)}, the model's shard is "
+                f"{tuple(target.shape)}"
             )
         # The state dict's tensors share storage with the parameters: this writes the shard.
         target.copy_(value)

@@ -99,7 +99,8 @@ def apply_lora(module: torch.nn.Module, model_config) -> torch.nn.Module:
     ]
     if unsupported:
         raise ValueError(
-            f"actor_rollout_ref.model.target_modules selects layers LoRA here cannot merge: {', '.join(unsupported[:5])}; "
+            f"actor_rollout_ref.model.target_modules selects layers LoRA here cannot merge: "
+            f"{', '.join(unsupported[:5])}; "
             f"only linear layers are supported; narrow target_modules or add them to exclude_modules"
         )
     return peft_model

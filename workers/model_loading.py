@@ -63,7 +63,8 @@ def model_path_in_shm(path: str, shm_root: str | None = None) -> str:
     source = os.path.realpath(path)
     if not os.path.isdir(source):
         raise FileNotFoundError(
-            f"{USE_SHM}=true copies a local model folder, and {path!r} is not one; set {USE_SHM}=false or point model.path at a folder"
+            f"{USE_SHM}=true copies a local model folder, and {path!r} is not one; set {USE_SHM}=false or point "
+            f"model.path at a folder"
         )
     files = _folder_files(source)
     size = sum(os.path.getsize(f) for f in files)
@@ -77,7 +78,8 @@ def model_path_in_shm(path: str, shm_root: str | None = None) -> str:
     if size > free:
         raise OSError(
             f"{USE_SHM}=true: the model folder {path} holds {size / 2**30:.2f} GiB but {shm_root} has only "
-            f"{free / 2**30:.2f} GiB free; free space there (in a container: a larger --shm-size) or set {USE_SHM}=false"
+            f"{free / 2**30:.2f} GiB free; free space there (in a container: a larger --shm-size) or set "
+            f"{USE_SHM}=false"
         )
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.", dir=parent)

@@ -50,7 +50,8 @@ def uses_fused_head(use_fused_kernels: bool | None, model) -> bool:
     reason = fused_head_unsupported(model)
     if use_fused_kernels is True and reason:
         raise ValueError(
-            f"actor_rollout_ref.model.use_fused_kernels=True, but this model cannot use the fused output layer: {reason}; "
+            f"actor_rollout_ref.model.use_fused_kernels=True, but this model cannot use the fused output layer: "
+            f"{reason}; "
             f"set it to null (the full logits then) or false"
         )
     return use_fused_kernels is not False and reason is None

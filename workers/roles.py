@@ -10,7 +10,7 @@ from __future__ import annotations
 from enum import Enum
 
 
-class Role(str, Enum):
+class Role(str, Enum):  # noqa: UP042 - StrEnum would change str() and f"{}" of a member: Role.ACTOR -> actor
     ACTOR = "actor"  # the trained policy only
     ROLLOUT = "rollout"  # a generation engine fed from a frozen copy of the policy
     REF = "ref"  # the frozen reference policy only

@@ -117,7 +117,6 @@ def _offpolicy_metrics(v: dict[str, float], tokens: float, rows: float) -> dict[
 
 
 def _is_metrics(v: dict[str, float], settings: CorrectionSettings, tokens: float, rows: float) -> dict[str, float]:
-    upper = settings.is_upper
     m = {"rollout_is_mean": v["is_w"] / (tokens + _EPS)}
     if settings.rollout_is == "token":
         m["rollout_is_ratio_fraction_high"] = v["is_hi"] / (tokens + _EPS)

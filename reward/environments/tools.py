@@ -23,8 +23,9 @@ truncated to `max_tool_response_length` characters as verl does (`left` keeps th
 `right` the end, `middle` both ends). A tool that enforces its limit and reports it (the
 Python tool) is answered like any result; a call that has still not returned
 `GRACE_S` seconds after its limit is abandoned and ends the trajectory (`EnvTimeout`:
-finish reason `error`, counted as a time-out), as verl ends a trajectory on a failed call. When the chat template renders
-tool messages itself (it mentions `tool_response`, as Qwen's does) each answer is a `tool`
+finish reason `error`, counted as a time-out), as verl ends a trajectory on a failed call.
+When the chat template renders tool messages itself (it mentions `tool_response`, as
+Qwen's does) each answer is a `tool`
 message; otherwise the answers go in one `user` message as
 `<tool_response>\n...\n</tool_response>` blocks. A turn without a call goes to the inner
 environment when there is one (the row's env_class, or a verl interaction), and ends the

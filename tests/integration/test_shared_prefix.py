@@ -98,7 +98,7 @@ def test_packed_row_holds_each_prompt_once(batch):
     response_lens = batch["response_mask"].sum(-1)
     assert ids.shape[1] == 7 + 3 + 11 + 4 + int(response_lens.sum())
     # every response continues the positions of its own prompt
-    for (p0, p_len), spans in zip(layout.prompts, layout.responses):
+    for (_p0, p_len), spans in zip(layout.prompts, layout.responses):
         for r0, r_len in spans:
             assert pos[0, r0 : r0 + r_len].tolist() == list(range(p_len, p_len + r_len))
     # the first response token of every row of a group is predicted from the shared last prompt token
@@ -181,8 +181,8 @@ def test_micro_batches_keep_groups_whole(batch, use_dynamic_bsz):
 
 
 def _update(model, batch: dict, share: bool, *overrides: str):
-    """One `update_policy` (SGD, lr 1000 so the tiny model's small gradients move it, micro-batches of 4 rows or 40 tokens): metrics and
-    the parameters after it."""
+    """One `update_policy` (SGD, lr 1000 so the tiny model's small gradients move it, micro-batches
+    of 4 rows or 40 tokens): metrics and the parameters after it."""
     from hybrid.config import build_config
     from protocol.data_proto import DataProto
 

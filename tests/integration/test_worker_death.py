@@ -180,7 +180,8 @@ def test_worker_killed_by_rays_memory_monitor_ends_the_run_out_of_memory(tiny_mo
         kill_session(proc)
     print(
         f"threshold {threshold:.4f} of {total / 2**30:.1f} GiB; the rank died {killed_after:.1f} s after the filling "
-        f"started, {filled:.2f} GiB filled; the run ended {took:.1f} s after the filling started; stdout's last lines:\n"
+        f"started, {filled:.2f} GiB filled; the run ended {took:.1f} s after the filling started; "
+        "stdout's last lines:\n"
         + "\n".join(out.splitlines()[-5:])
         + "\nstderr's last lines:\n"
         + "\n".join(err.splitlines()[-3:])

@@ -14,7 +14,10 @@ MAX_FUNCTION_LINES = 80
 # Code below the entry point reads the typed config; `.get("key", default)` on a config
 # section would be a second copy of the yaml's defaults. Plain dicts (meta_info, rows,
 # results) still use `.get`: the names below are what config sections are called.
-CONFIG_NAMES = r"(config|cfg|section|model_cfg|model_config|fsdp|fsdp_config|optim|optim_config|actor_cfg|rollout_cfg|data_config|trainer_cfg|kw|val_kwargs|reward_model|custom|algorithm_config|kl_ctrl_config)"
+CONFIG_NAMES = (
+    r"(config|cfg|section|model_cfg|model_config|fsdp|fsdp_config|optim|optim_config|actor_cfg|rollout_cfg"
+    r"|data_config|trainer_cfg|kw|val_kwargs|reward_model|custom|algorithm_config|kl_ctrl_config)"
+)
 GET_ON_CONFIG = re.compile(CONFIG_NAMES + r"(\.[a-z_]+)*\.get\(\s*\"[a-z_]+\"\s*,")
 
 

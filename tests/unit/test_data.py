@@ -97,7 +97,8 @@ def test_missing_prompt_key_names_key_file_and_columns(tmp_path, tokenizer):
     path = _parquet(tmp_path / "train.parquet", _rows(3))
     with pytest.raises(
         ValueError,
-        match=r"train.parquet row 0: no column 'question' \(data.prompt_key\); columns present: \['ability', 'data_source', 'extra_info', 'prompt', 'reward_model'\]",
+        match=r"train.parquet row 0: no column 'question' \(data.prompt_key\); columns present: "
+        r"\['ability', 'data_source', 'extra_info', 'prompt', 'reward_model'\]",
     ):
         RLHFDataset(path, tokenizer, data_config(**{"prompt_key": "question"}))
 
@@ -118,7 +119,8 @@ def test_overlong_prompt_with_truncation_error_names_row_and_keys(tmp_path, toke
     path = _parquet(tmp_path / "long.parquet", rows)
     with pytest.raises(
         ValueError,
-        match=r"long.parquet row 3: prompt is \d+ tokens, longer than data.max_prompt_length=64 .*data.filter_overlong_prompts=true.*data.truncation",
+        match=r"long.parquet row 3: prompt is \d+ tokens, longer than data.max_prompt_length=64 "
+        r".*data.filter_overlong_prompts=true.*data.truncation",
     ):
         RLHFDataset(path, tokenizer, CONFIG)
 

@@ -109,7 +109,8 @@ def test_input_mistakes_are_all_reported_at_once_before_anything_loads(workdir):
     assert seconds < FAIL_FAST_S
     found = problems(result.stderr)
     expected = [
-        f"actor_rollout_ref.model.path (also critic.model.tokenizer_path): model folder '{missing_model}' does not exist",
+        f"actor_rollout_ref.model.path (also critic.model.tokenizer_path): model folder '{missing_model}' "
+        "does not exist",
         "actor_rollout_ref.model.tokenizer_path: 'notok' (resolved to",
         "critic.model.path: 'ckpt/actor' (resolved to",  # ... is a training checkpoint, not a model folder
         "reward_model.model.path: 'model.gguf' (resolved to",
@@ -171,8 +172,8 @@ def test_reward_file_environment_and_batch_mistakes(workdir):
     assert seconds < FAIL_FAST_S
     found = problems(result.stderr)
     assert (
-        found[0]
-        == "data.train_files: 3 rows in all, fewer than data.train_batch_size=8 (one batch); lower data.train_batch_size or add rows"
+        found[0] == "data.train_files: 3 rows in all, fewer than data.train_batch_size=8 (one batch); "
+        "lower data.train_batch_size or add rows"
     )
     assert found[1].startswith(f"custom_reward_function.path: importing {run / 'my_reward.py'} failed: JSONDecodeError")
     assert found[2].startswith(
@@ -367,9 +368,9 @@ def test_reward_function_failures_during_training(tmp_path, tokenizer):
     assert "reward/manager.py" not in trace
     assert (
         messages["text"]
-        == "hybrid: "
-        + where.format("text")
-        + "on sample 0 (data_source='arithmetic') returned str '1.0'; a score must be a number or a dict with a numeric 'score'\n"
+        == "hybrid: " + where.format("text")
+        + "on sample 0 (data_source='arithmetic') returned str '1.0'; "
+        "a score must be a number or a dict with a numeric 'score'\n"
     )
     assert (
         messages["nan"]

@@ -150,7 +150,7 @@ def assert_same(a: dict, b: dict, what: str) -> None:
     for key in a:
         x, y = torch.as_tensor(a[key], dtype=torch.float64), torch.as_tensor(b[key], dtype=torch.float64)
         assert torch.isfinite(y).all(), f"{what}: {key} is not finite with garbage at masked positions: {y}"
-        torch.testing.assert_close(y, x, rtol=1e-5, atol=1e-6, msg=lambda m: f"{what}: {key}: {m}")
+        torch.testing.assert_close(y, x, rtol=1e-5, atol=1e-6, msg=lambda m, key=key: f"{what}: {key}: {m}")
 
 
 # ----------------------------------------------------------------------------- the loss functions

@@ -94,7 +94,8 @@ def test_models_whose_logits_are_transformed_keep_the_full_logits():
     assert not uses_fused_head(None, capped)
     with pytest.raises(
         ValueError,
-        match=r"use_fused_kernels=True, but this model cannot use the fused output layer: its config sets final_logit_softcapping",
+        match=r"use_fused_kernels=True, but this model cannot use the fused output layer: "
+        r"its config sets final_logit_softcapping",
     ):
         uses_fused_head(True, capped)
     assert "not a plain Linear" in fused_head_unsupported(model(torch.nn.Embedding(8, 4)))

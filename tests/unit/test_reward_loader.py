@@ -87,7 +87,8 @@ def test_missing_function_lists_what_is_there(tmp_path):
     path = _write(tmp_path, GOOD)
     with pytest.raises(
         AttributeError,
-        match=r"reward function 'compute_scores' not found in .*my_reward.py; functions defined there: \['batch_score', 'compute_score'\]",
+        match=r"reward function 'compute_scores' not found in .*my_reward.py; "
+        r"functions defined there: \['batch_score', 'compute_score'\]",
     ):
         get_custom_reward_fn(_config(path, name="compute_scores"))
 
@@ -102,7 +103,8 @@ def test_signature_that_cannot_take_the_reward_arguments(tmp_path):
     path = _write(tmp_path, "def compute_score(solution_str, ground_truth):\n    return 1.0\n")
     with pytest.raises(
         TypeError,
-        match=r"reward function compute_score in .*my_reward.py cannot be called as f\(data_source, solution_str, ground_truth, extra_info\)",
+        match=r"reward function compute_score in .*my_reward.py cannot be called as "
+        r"f\(data_source, solution_str, ground_truth, extra_info\)",
     ):
         get_custom_reward_fn(_config(path))
     # A per-sample function where the batch manager wants lists, and the other way round.

@@ -149,11 +149,13 @@ def test_dict_scores_give_extra_info_and_num_examine_prints(tokenizer, reward_fi
         ),
         (
             "text",
-            r"per_sample in .*rewards.py on sample 1 \(data_source='arithmetic'\) returned str 'high'; a score must be a number",
+            r"per_sample in .*rewards.py on sample 1 \(data_source='arithmetic'\) returned str 'high'; "
+            r"a score must be a number",
         ),
         (
             "boom",
-            r"reward function per_sample in .*rewards.py raised on sample 1 \(data_source='arithmetic'\): ZeroDivisionError",
+            r"reward function per_sample in .*rewards.py raised on sample 1 \(data_source='arithmetic'\): "
+            r"ZeroDivisionError",
         ),
         ("nodict", r"sample 1 .* returned a dict without 'score' \(keys: \['acc'\]\)"),
     ],
@@ -169,7 +171,8 @@ def test_unknown_data_source_with_the_default_scorer(tokenizer):
     data, _ = make_batch(tokenizer, ["1", "2"], ["1", "2"], sources=["arithmetic", "mystery/set"])
     with pytest.raises(
         RewardFunctionError,
-        match=r"raised on sample 1 \(data_source='mystery/set'\): ValueError: no default scorer for data_source 'mystery/set'; known data sources: openai/gsm8k",
+        match=r"raised on sample 1 \(data_source='mystery/set'\): ValueError: no default scorer for "
+        r"data_source 'mystery/set'; known data sources: openai/gsm8k",
     ):
         NaiveRewardManager(tokenizer, num_examine=0)(data)
 

@@ -20,26 +20,67 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "data_preprocess"
 # Rows from the public GSM8K dataset (main config), question and answer text as published.
 GSM8K_TRAIN = [
     {
-        "question": "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many clips did Natalia sell altogether in April and May?",
-        "answer": "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nNatalia sold 48+24 = <<48+24=72>>72 clips altogether in April and May.\n#### 72",
+        "question": (
+            "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
+            "How many clips did Natalia sell altogether in April and May?"
+        ),
+        "answer": (
+            "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n"
+            "Natalia sold 48+24 = <<48+24=72>>72 clips altogether in April and May.\n"
+            "#### 72"
+        ),
     },
     {
-        "question": "Weng earns $12 an hour for babysitting. Yesterday, she just did 50 minutes of babysitting. How much did she earn?",
-        "answer": "Weng earns 12/60 = $<<12/60=0.2>>0.2 per minute.\nWorking 50 minutes, she earned 0.2 x 50 = $<<0.2*50=10>>10.\n#### 10",
+        "question": (
+            "Weng earns $12 an hour for babysitting. "
+            "Yesterday, she just did 50 minutes of babysitting. "
+            "How much did she earn?"
+        ),
+        "answer": (
+            "Weng earns 12/60 = $<<12/60=0.2>>0.2 per minute.\n"
+            "Working 50 minutes, she earned 0.2 x 50 = $<<0.2*50=10>>10.\n"
+            "#### 10"
+        ),
     },
     {
-        "question": "Betty is saving money for a new wallet which costs $100. Betty has only half of the money she needs. Her parents decided to give her $15 for that purpose, and her grandparents twice as much as her parents. How much more money does Betty need to buy the wallet?",
-        "answer": "In the beginning, Betty has only 100 / 2 = $<<100/2=50>>50.\nBetty's grandparents gave her 15 * 2 = $<<15*2=30>>30.\nThis means, Betty needs 100 - 50 - 30 - 15 = $<<100-50-30-15=5>>5 more.\n#### 5",
+        "question": (
+            "Betty is saving money for a new wallet which costs $100. "
+            "Betty has only half of the money she needs. "
+            "Her parents decided to give her $15 for that purpose, and her grandparents twice as much as her parents. "
+            "How much more money does Betty need to buy the wallet?"
+        ),
+        "answer": (
+            "In the beginning, Betty has only 100 / 2 = $<<100/2=50>>50.\n"
+            "Betty's grandparents gave her 15 * 2 = $<<15*2=30>>30.\n"
+            "This means, Betty needs 100 - 50 - 30 - 15 = $<<100-50-30-15=5>>5 more.\n"
+            "#### 5"
+        ),
     },
     {
-        "question": "James writes a 3-page letter to 2 different friends twice a week.  How many pages does he write a year?",
-        "answer": "He writes each friend 3*2=<<3*2=6>>6 pages a week\nSo he writes 6*2=<<6*2=12>>12 pages every week\nThat means he writes 12*52=<<12*52=624>>624 pages a year\n#### 624",
+        "question": (
+            "James writes a 3-page letter to 2 different friends twice a week.  How many pages does he write a year?"
+        ),
+        "answer": (
+            "He writes each friend 3*2=<<3*2=6>>6 pages a week\n"
+            "So he writes 6*2=<<6*2=12>>12 pages every week\n"
+            "That means he writes 12*52=<<12*52=624>>624 pages a year\n"
+            "#### 624"
+        ),
     },
 ]
 GSM8K_TEST = [
     {
-        "question": "Janet\u2019s ducks lay 16 eggs per day. She eats three for breakfast every morning and bakes muffins for her friends every day with four. She sells the remainder at the farmers' market daily for $2 per fresh duck egg. How much in dollars does she make every day at the farmers' market?",
-        "answer": "Janet sells 16 - 3 - 4 = <<16-3-4=9>>9 duck eggs a day.\nShe makes 9 * 2 = $<<9*2=18>>18 every day at the farmer\u2019s market.\n#### 18",
+        "question": (
+            "Janet\u2019s ducks lay 16 eggs per day. "
+            "She eats three for breakfast every morning and bakes muffins for her friends every day with four. "
+            "She sells the remainder at the farmers' market daily for $2 per fresh duck egg. "
+            "How much in dollars does she make every day at the farmers' market?"
+        ),
+        "answer": (
+            "Janet sells 16 - 3 - 4 = <<16-3-4=9>>9 duck eggs a day.\n"
+            "She makes 9 * 2 = $<<9*2=18>>18 every day at the farmer\u2019s market.\n"
+            "#### 18"
+        ),
     },
 ]
 

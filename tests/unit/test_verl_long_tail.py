@@ -169,7 +169,8 @@ def test_use_shm_without_room_says_so(tmp_path, monkeypatch):
     monkeypatch.setattr(shutil, "disk_usage", lambda _: SimpleNamespace(total=1024, used=1000, free=24))
     with pytest.raises(
         OSError,
-        match=r"use_shm=true: the model folder .* has only 0.00 GiB free; .*--shm-size.* set actor_rollout_ref.model.use_shm=false",
+        match=r"use_shm=true: the model folder .* has only 0.00 GiB free; "
+        r".*--shm-size.* set actor_rollout_ref.model.use_shm=false",
     ):
         model_path_in_shm(source, shm_root=str(tmp_path / "shm"))
     assert not os.listdir(tmp_path / "shm")
@@ -221,8 +222,8 @@ def test_overlong_buffer_both_spellings_different_values_refused():
         ]
     )
     assert (
-        "reward_model.reward_kwargs.overlong_buffer.len=8 and reward_model.reward_kwargs.overlong_buffer_cfg.len=4 are the same setting"
-        in problems
+        "reward_model.reward_kwargs.overlong_buffer.len=8 and reward_model.reward_kwargs.overlong_buffer_cfg.len=4 "
+        "are the same setting" in problems
     )
     # The same value under both spellings is one setting given twice: fine.
     build_config(
@@ -407,7 +408,7 @@ def test_pf_ppo_resample_draws_rows_by_weight():
     import numpy as np
 
     from hybrid.batch_ops import pf_ppo_resample
-    from hybrid.config.schema_algorithm import PFPPOConfig
+    from hybrid.config.schema import PFPPOConfig
     from protocol.data_proto import DataProto
 
     scores = torch.zeros(4, 3)
@@ -459,7 +460,8 @@ def test_data_files_with_images_or_videos_are_refused(tmp_path):
     found = Findings()
     check_data_files(config, found)
     assert found.problems == [
-        f"data.train_files: data file {tmp_path / 'pictures.jsonl'} row 1 has 'images' (data.image_key; 2 of 3 rows): hybrid "
+        f"data.train_files: data file {tmp_path / 'pictures.jsonl'} row 1 has 'images' "
+        "(data.image_key; 2 of 3 rows): hybrid "
         "trains text-only models and cannot feed images or videos to the model; drop the column or use text prompts",
         f"data.val_files: data file {tmp_path / 'clips.jsonl'} row 0 has 'clips' (data.video_key; 1 of 1 rows): hybrid "
         "trains text-only models and cannot feed images or videos to the model; drop the column or use text prompts",
@@ -490,7 +492,8 @@ def test_model_settings_its_config_refuses_are_found_before_loading(tmp_path):
         f"{ARR}.model.use_fused_kernels=True, but {str(folder)!r} cannot use the fused output layer: its config sets "
         "final_logit_softcapping=30.0, which transforms the logits after the output layer; set it to null (the full "
         "logits then) or false",
-        f"{ARR}.actor.ulysses_sequence_parallel_size=4 is more than the 2 attention heads of {str(folder)!r}; use at most 2",
+        f"{ARR}.actor.ulysses_sequence_parallel_size=4 is more than the 2 attention heads of {str(folder)!r}; "
+        "use at most 2",
         f"critic.ulysses_sequence_parallel_size=4 is more than the 2 attention heads of {str(folder)!r}; use at most 2",
     ]
     found = Findings()

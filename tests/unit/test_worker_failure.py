@@ -10,7 +10,8 @@ import pytest
 from hybrid.controller.ray_worker_group import RayWorkerGroup, death_cause
 
 HEAD = (
-    "The actor died unexpectedly before finishing this task.\n\tclass_name: A\n\tactor_id: 4a5be47afacecd4b0dd9b66101000000\n"
+    "The actor died unexpectedly before finishing this task.\n\tclass_name: A\n"
+    "\tactor_id: 4a5be47afacecd4b0dd9b66101000000\n"
     "\tpid: 12024\n\tnamespace: 8d37b408-c2b7-492c-a4af-dc8a384b9c51\n\tip: 192.0.2.2\n"
 )
 SIGKILLED = HEAD + (

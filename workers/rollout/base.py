@@ -59,7 +59,8 @@ def engine_load_format(load_format: str) -> str:
     if load_format in _MEGATRON_LOAD_FORMATS:
         raise ValueError(
             f"{ROLLOUT}.load_format={load_format!r} is verl's weight loader for a Megatron actor, and hybrid "
-            f"trains with FSDP only; use dummy_dtensor (random first weights, the actor's are synced in before generating) "
+            f"trains with FSDP only; use dummy_dtensor (random first weights, the actor's are synced in before "
+            f"generating) "
             f"or hf (the engine reads the model folder first)"
         )
     raise ValueError(

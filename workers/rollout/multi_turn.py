@@ -87,6 +87,9 @@ class ObservationRenderer:
         self.tokenizer = tokenizer
         self.conversation = conversation
         self.base_ids: list[int] = []
+        # The cache belongs to this renderer (an lru_cache on the method would be shared by
+        # every renderer and keep each one alive).
+        self._render = functools.lru_cache(maxsize=4096)(self._render_uncached)
         if conversation:
             base = _encode(tokenizer, self._template(BASE_CONVERSATION, generation_prompt=False))
             ends = [i for i, tok in enumerate(base) if tok in eos_token_ids]
@@ -108,8 +111,7 @@ class ObservationRenderer:
     def render(self, messages: list[dict[str, str]]) -> list[int]:
         return list(self._render(tuple((m["role"], m["content"]) for m in messages)))
 
-    @functools.lru_cache(maxsize=4096)
-    def _render(self, messages: tuple[tuple[str, str], ...]) -> tuple[int, ...]:
+    def _render_uncached(self, messages: tuple[tuple[str, str], ...]) -> tuple[int, ...]:
         if not self.conversation:
             return tuple(_encode(self.tokenizer, "".join(content for _, content in messages)))
         chat = list(BASE_CONVERSATION) + [{"role": role, "content": content} for role, content in messages]
