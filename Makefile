@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 # GPU machines get the gpu extra (vllm, liger-kernel); everything else the cpu build.
 EXTRA := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo cpu)
 
-.PHONY: install run test test-fast test-slow bench clean
+.PHONY: install run lint test test-fast test-slow bench clean
 
 install: $(STAMP)
 
@@ -28,10 +28,15 @@ $(STAMP): pyproject.toml Makefile
 run: install
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-$$(nproc)} $(PY) -m hybrid.main_ppo $(ARGS)
 
-test: install
+# ruff's lint and format check (configured in pyproject.toml): CI fails on either.
+lint: install
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+test: install lint
 	$(PY) -m pytest -q -ra tests
 
-test-fast: install
+test-fast: install lint
 	$(PY) -m pytest -q -ra -m "not slow" tests
 
 test-slow: install

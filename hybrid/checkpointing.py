@@ -1,344 +1,135 @@
-"""Checkpoints on the driver: when to save, the rename that makes a checkpoint complete,
-retention, and which checkpoint a run resumes from.
+"""A run's checkpoints, on the driver: resume at the start, a save every `trainer.save_freq`
+steps and at the last step, a save when the run is stopped, and the merged Hugging Face
+folder at the end (`trainer.merge_on_finish`).
 
-Layout (verl's):
-
-    trainer.default_local_dir/
-        global_step_N/actor/      every actor rank's shards (workers/checkpoint.py)
-        global_step_N/critic/     the same for the critic, when there is one
-        global_step_N/data.pt     global step, data loader position, KL coefficient
-        latest_checkpointed_iteration.txt
-
-A checkpoint is written into `global_step_N.partial` and renamed to `global_step_N` only
-after every rank of every role has returned from its save and data.pt is written: a crash
-at any point leaves either the previous complete checkpoints or a `.partial` folder,
-which resume never reads and removes. Retention (`max_actor_ckpt_to_keep`,
-`max_critic_ckpt_to_keep`) runs after the rename, so the newest complete checkpoint is
-never deleted to make room for one that may not finish.
-
-A run stopped by SIGTERM or Ctrl-C saves its last finished step the same way
-(`save_on_stop`), so resuming from it is the same as resuming from a scheduled save.
-
-This module's top level imports only the standard library: config validation uses the
-folder checks without loading torch.
+A save writes every role's shards (each worker group's `save_checkpoint`) and the driver's
+`TrainerState` (hybrid/trainer_state.py) into `global_step_N.partial`, then renames it to
+`global_step_N` (hybrid/checkpoint_folders.py has the layout and the rules that make a folder
+complete); resume loads both back. A run stopped by SIGTERM or Ctrl-C saves its last
+finished step the same way (`save_on_stop`), so resuming from it is the same as resuming
+from a scheduled save.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import time
 
-STEP_DIR = re.compile(r"^global_step_(\d+)$")
-PARTIAL_SUFFIX = ".partial"
-PARTIAL_DIR = re.compile(r"^global_step_\d+(\.old)?\.partial$")
-TRACKER_FILE = "latest_checkpointed_iteration.txt"
-DATA_FILE = "data.pt"
-ROLES = ("actor", "critic")
+from hybrid.checkpoint_folders import (
+    DATA_FILE,
+    PARTIAL_SUFFIX,
+    CheckpointError,
+    apply_retention,
+    publish,
+    remove_partial_checkpoints,
+    resume_checkpoint,
+    say,
+    step_dir,
+    write_tracker,
+)
+from hybrid.trainer_state import TrainerState
 
 
-def say(line: str) -> None:
-    """A console line that does not tear the trainer's progress bar (tqdm redraws it below)."""
-    import sys
+class RunCheckpoints:
+    """`groups`: the trainer's worker groups ('actor_rollout', and 'critic' when it trains one)."""
 
-    from tqdm import tqdm
+    def __init__(self, config, use_critic: bool):
+        self.config = config
+        self.use_critic = use_critic
+        # Absolute: Ray workers do not share the driver's working directory.
+        self.root = os.path.abspath(str(config.trainer.default_local_dir))
+        self.last: tuple[int, str] | None = None  # (step, folder) of the newest checkpoint this run has
 
-    tqdm.write(line)
-    sys.stdout.flush()  # a run stopped right after (preemption) still shows it
+    def resume(self, state: TrainerState, groups: dict) -> int:
+        """Restore the workers and `state` from the checkpoint `trainer.resume_mode` picks;
+        returns its step (0: a fresh start)."""
+        import torch
 
+        # Resolved first: a resume_from_path naming a partial folder is reported as partial.
+        path = resume_checkpoint(self.config, self.use_critic)
+        remove_partial_checkpoints(self.root)  # never resumable, whatever the mode
+        if path is None:
+            if self.config.trainer.resume_mode == "auto":
+                say(f"checkpoint: no complete checkpoint under {self.root}; starting from step 0")
+            return 0
+        start = time.perf_counter()
+        groups["actor_rollout"].load_checkpoint(os.path.join(path, "actor"))
+        if self.use_critic:
+            groups["critic"].load_checkpoint(os.path.join(path, "critic"))
+        # data.pt holds only plain values and CPU tensors, written by this driver.
+        state.load_state_dict(torch.load(os.path.join(path, DATA_FILE), weights_only=True))
+        self.last = (state.global_step, path)
+        say(f"checkpoint: resumed from {path} at step {state.global_step} in {time.perf_counter() - start:.2f} s")
+        return state.global_step
 
-class CheckpointError(RuntimeError):
-    """A checkpoint cannot be resumed from; the message names the path and what to do."""
+    def due(self, step: int, last_step: bool) -> bool:
+        """Every save_freq steps and at the last step; also the last step when merge_on_finish
+        asks for a Hugging Face folder, which is made from that checkpoint."""
+        cfg = self.config.trainer
+        if last_step and cfg.merge_on_finish:
+            return True
+        return cfg.save_freq > 0 and (step % cfg.save_freq == 0 or last_step)
 
+    def save(self, state: TrainerState, groups: dict, last_step: bool = False) -> float:
+        """Save every role's state and `state` into global_step_N; returns seconds taken."""
+        import torch
 
-def step_dir(root: str, step: int) -> str:
-    return os.path.join(root, f"global_step_{int(step)}")
-
-
-def checkpoint_problem(path: str, need_critic: bool = False) -> str | None:
-    """Why `path` is not a complete checkpoint to resume from, or None when it is."""
-    name = os.path.basename(os.path.normpath(path))
-    if not os.path.exists(path):
-        return f"{path} does not exist"
-    if not os.path.isdir(path):
-        return f"{path} is not a folder"
-    if name.endswith(PARTIAL_SUFFIX):
-        return (
-            f"{path} is a partial checkpoint (written under a temporary name; the run stopped before every "
-            f"rank finished saving it)"
+        cfg = self.config.trainer
+        start = time.perf_counter()
+        step = int(state.global_step)
+        final = step_dir(self.root, step)
+        temp = final + PARTIAL_SUFFIX
+        shutil.rmtree(temp, ignore_errors=True)  # left by a crash at this very step
+        os.makedirs(temp)
+        groups["actor_rollout"].save_checkpoint(
+            os.path.join(temp, "actor"), global_step=step, max_ckpt_to_keep=cfg.max_actor_ckpt_to_keep
         )
-    if not STEP_DIR.match(name):
-        inside = os.path.basename(os.path.dirname(os.path.normpath(path)))
-        hint = f"; did you mean its parent {os.path.dirname(os.path.normpath(path))}?" if STEP_DIR.match(inside) else ""
-        return f"{path} is not a global_step_N checkpoint folder{hint}"
-    if not os.path.isfile(os.path.join(path, DATA_FILE)):
-        return f"{path} is incomplete: {DATA_FILE} is missing"
-    if not os.path.isfile(os.path.join(path, "actor", "fsdp_config.json")):
-        return f"{path} is incomplete: it has no actor checkpoint (removed by trainer.max_actor_ckpt_to_keep?)"
-    if need_critic and not os.path.isfile(os.path.join(path, "critic", "fsdp_config.json")):
-        return f"{path} has no critic checkpoint but this run trains a critic (removed by trainer.max_critic_ckpt_to_keep?)"
-    return None
-
-
-def complete_checkpoints(root: str, need_critic: bool = False) -> list[tuple[int, str]]:
-    """(step, path) of every complete checkpoint under `root`, oldest first."""
-    if not os.path.isdir(root):
-        return []
-    found = []
-    for name in os.listdir(root):
-        match = STEP_DIR.match(name)
-        path = os.path.join(root, name)
-        if match and checkpoint_problem(path, need_critic) is None:
-            found.append((int(match.group(1)), path))
-    return sorted(found)
-
-
-def partial_checkpoints(root: str) -> list[str]:
-    if not os.path.isdir(root):
-        return []
-    return sorted(os.path.join(root, n) for n in os.listdir(root) if PARTIAL_DIR.match(n))
-
-
-def remove_partial_checkpoints(root: str) -> list[str]:
-    removed = partial_checkpoints(root)
-    for path in removed:
-        shutil.rmtree(path, ignore_errors=True)
-        say(f"checkpoint: removed partial checkpoint {path} (a save that never completed)")
-    return removed
-
-
-def read_tracker(root: str) -> int | None:
-    try:
-        with open(os.path.join(root, TRACKER_FILE)) as f:
-            return int(f.read().strip())
-    except (OSError, ValueError):
-        return None
-
-
-def latest_checkpoint(root: str, need_critic: bool = False) -> str | None:
-    """The tracker's checkpoint when complete (it names this run's newest save, even when an
-    abandoned run left higher steps behind), else the highest complete step, else None."""
-    step = read_tracker(root)
-    if step is not None and checkpoint_problem(step_dir(root, step), need_critic) is None:
-        return step_dir(root, step)
-    found = complete_checkpoints(root, need_critic)
-    return found[-1][1] if found else None
-
-
-def resume_path_problem(path: str, need_critic: bool = False) -> str | None:
-    """The message for `trainer.resume_from_path` pointing somewhere resume cannot use."""
-    problem = checkpoint_problem(path, need_critic)
-    if problem is None:
-        return None
-    root = os.path.dirname(os.path.normpath(path))
-    found = [p for _, p in complete_checkpoints(root, need_critic)]
-    hint = f"; complete checkpoints there: {', '.join(found)}" if found else ""
-    return f"trainer.resume_from_path: {problem}{hint}"
-
-
-def resume_checkpoint(config, need_critic: bool) -> str | None:
-    """The checkpoint folder this run starts from (None: a fresh start)."""
-    trainer_cfg = config.trainer
-    mode = trainer_cfg.resume_mode
-    root = os.path.abspath(str(trainer_cfg.default_local_dir))
-    if mode == "disable":
-        return None
-    if mode == "resume_path":
-        path = trainer_cfg.resume_from_path
-        if not path:
-            raise CheckpointError(
-                "trainer.resume_mode=resume_path needs trainer.resume_from_path (a global_step_N folder)"
+        if self.use_critic:
+            groups["critic"].save_checkpoint(
+                os.path.join(temp, "critic"), global_step=step, max_ckpt_to_keep=cfg.max_critic_ckpt_to_keep
             )
-        path = os.path.abspath(str(path))
-        problem = resume_path_problem(path, need_critic)
-        if problem:
-            raise CheckpointError(problem)
-        return path
-    if mode != "auto":
-        raise CheckpointError(f"trainer.resume_mode={mode!r} is not one of auto, disable, resume_path")
-    return latest_checkpoint(root, need_critic)
+        torch.save(state.state_dict(), os.path.join(temp, DATA_FILE))
+        publish(temp, final)
+        write_tracker(self.root, step)
+        self.last = (step, final)
+        keep = {"actor": cfg.max_actor_ckpt_to_keep, "critic": cfg.max_critic_ckpt_to_keep}
+        apply_retention(self.root, step, keep)
+        seconds = time.perf_counter() - start
+        say(f"checkpoint: saved {final} in {seconds:.2f} s")
+        if last_step and cfg.merge_on_finish:
+            merge_final_actor(os.path.join(final, "actor"))
+        return seconds
 
-
-# ----------------------------------------------------------------------------- trainer side
-
-
-def _root(trainer) -> str:
-    # Absolute: Ray workers do not share the driver's working directory.
-    return os.path.abspath(str(trainer.config.trainer.default_local_dir))
-
-
-def load_checkpoint(trainer) -> int:
-    """Restore workers, data loader and KL coefficient; returns the global step (0: fresh)."""
-    import torch
-
-    root = _root(trainer)
-    # Resolved first: a resume_from_path naming a partial folder is reported as partial.
-    path = resume_checkpoint(trainer.config, trainer.use_critic)
-    remove_partial_checkpoints(root)  # never resumable, whatever the mode
-    trainer.last_checkpoint = None  # (step, folder) of the newest checkpoint this run has
-    if path is None:
-        if trainer.config.trainer.resume_mode == "auto":
-            say(f"checkpoint: no complete checkpoint under {root}; starting from step 0")
-        return 0
-    start = time.perf_counter()
-    trainer.actor_rollout_wg.load_checkpoint(os.path.join(path, "actor"))
-    if trainer.use_critic:
-        trainer.critic_wg.load_checkpoint(os.path.join(path, "critic"))
-    # data.pt holds only plain values and CPU tensors, written by this driver.
-    data = torch.load(os.path.join(path, DATA_FILE), weights_only=True)
-    trainer.train_dataloader.load_state_dict(data["dataloader"])
-    if trainer.kl_ctrl is not None and data.get("kl_coef") is not None:
-        trainer.kl_ctrl.value = float(data["kl_coef"])
-    step = int(data["global_step"])
-    trainer.global_steps = step
-    trainer.last_checkpoint = (step, path)
-    say(f"checkpoint: resumed from {path} at step {step} in {time.perf_counter() - start:.2f} s")
-    return step
-
-
-def _last_step(trainer) -> bool:
-    return trainer.global_steps >= trainer.total_training_steps
-
-
-def should_save(trainer) -> bool:
-    """Every save_freq steps and at the last step; also the last step when merge_on_finish
-    asks for a Hugging Face folder, which is made from that checkpoint."""
-    freq = trainer.config.trainer.save_freq
-    if _last_step(trainer) and trainer.config.trainer.merge_on_finish:
-        return True
-    return freq > 0 and (trainer.global_steps % freq == 0 or _last_step(trainer))
-
-
-def save_checkpoint(trainer) -> float:
-    """Save every role's state and the driver's into global_step_N; returns seconds taken."""
-    import torch
-
-    cfg = trainer.config.trainer
-    start = time.perf_counter()
-    root = _root(trainer)
-    step = int(trainer.global_steps)
-    final = step_dir(root, step)
-    temp = final + PARTIAL_SUFFIX
-    shutil.rmtree(temp, ignore_errors=True)  # left by a crash at this very step
-    os.makedirs(temp)
-    trainer.actor_rollout_wg.save_checkpoint(
-        os.path.join(temp, "actor"), global_step=step, max_ckpt_to_keep=cfg.max_actor_ckpt_to_keep
-    )
-    if trainer.use_critic:
-        trainer.critic_wg.save_checkpoint(
-            os.path.join(temp, "critic"), global_step=step, max_ckpt_to_keep=cfg.max_critic_ckpt_to_keep
-        )
-    data = {
-        "global_step": step,
-        "dataloader": trainer.train_dataloader.state_dict(),
-        "kl_coef": float(trainer.kl_ctrl.value) if trainer.kl_ctrl is not None else None,
-    }
-    torch.save(data, os.path.join(temp, DATA_FILE))
-    _publish(temp, final)
-    _write_tracker(root, step)
-    trainer.last_checkpoint = (step, final)
-    apply_retention(root, step, {"actor": cfg.max_actor_ckpt_to_keep, "critic": cfg.max_critic_ckpt_to_keep})
-    seconds = time.perf_counter() - start
-    say(f"checkpoint: saved {final} in {seconds:.2f} s")
-    if _last_step(trainer) and cfg.merge_on_finish:
-        merge_final_actor(os.path.join(final, "actor"))
-    return seconds
-
-
-def save_on_stop(trainer) -> str | None:
-    """The checkpoint of the last finished step (`trainer.global_steps`) for a run stopped by
-    a signal: saved now unless this run saved or resumed from that very step; None when
-    checkpointing is off (trainer.save_freq <= 0) or no step has run."""
-    step = int(trainer.global_steps)
-    if trainer.config.trainer.save_freq <= 0 or step <= 0:
-        return None
-    last = getattr(trainer, "last_checkpoint", None)
-    if last is not None and last[0] == step:
-        return last[1]
-    save_checkpoint(trainer)
-    return step_dir(_root(trainer), step)
+    def save_on_stop(self, state: TrainerState, groups: dict) -> str | None:
+        """The checkpoint of the last finished step for a run stopped by a signal: saved now
+        unless this run saved or resumed from that very step; None when checkpointing is off
+        (trainer.save_freq <= 0) or no step has run."""
+        step = int(state.global_step)
+        if self.config.trainer.save_freq <= 0 or step <= 0:
+            return None
+        if self.last is not None and self.last[0] == step:
+            return self.last[1]
+        self.save(state, groups)
+        return step_dir(self.root, step)
 
 
 def merge_final_actor(actor_dir: str) -> str:
-    """trainer.merge_on_finish: the merger turns the final actor checkpoint into a Hugging
-    Face folder in its own `huggingface/` (beside the config and tokenizer already there).
-    Run as the command users run, in a child process: the merger is a tool, not a library
-    of the driver, and a failure there leaves the checkpoint itself untouched."""
-    import subprocess
-    import sys
+    """trainer.merge_on_finish: the final actor checkpoint as a Hugging Face folder in its own
+    `huggingface/` (beside the config and tokenizer already there), written by the merge
+    tool's library (hybrid/model_merge.py). A failure there leaves the checkpoint itself
+    untouched and is reported as the merge's."""
+    from hybrid.errors import InputError
+    from hybrid.model_merge import merge
 
     target = os.path.join(actor_dir, "huggingface")
-    command = [
-        sys.executable,
-        "-m",
-        "scripts.model_merger",
-        "merge",
-        "--backend",
-        "fsdp",
-        "--local_dir",
-        actor_dir,
-        "--target_dir",
-        target,
-    ]
     start = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise CheckpointError(
-            f"trainer.merge_on_finish: `{' '.join(command)}` failed (exit {done.returncode}):\n{done.stderr[-2000:]}"
-        )
+    try:
+        merge(actor_dir, target, progress=False)
+    except (InputError, CheckpointError, OSError, ValueError) as err:
+        raise CheckpointError(f"trainer.merge_on_finish: merging {actor_dir} into {target} failed: {err}") from err
     say(f"checkpoint: merged the final actor into {target} in {time.perf_counter() - start:.1f} s")
     return target
 
 
-def _publish(temp: str, final: str) -> None:
-    """Give the finished checkpoint its real name (a rename: atomic on one filesystem)."""
-    if os.path.exists(final):
-        # Saving a step again (resumed from an older checkpoint): move the old one aside
-        # under a name resume ignores, then drop it once the new one is in place.
-        old = final + ".old" + PARTIAL_SUFFIX
-        shutil.rmtree(old, ignore_errors=True)
-        os.rename(final, old)
-        os.rename(temp, final)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.rename(temp, final)
-
-
-def _write_tracker(root: str, step: int) -> None:
-    temp = os.path.join(root, TRACKER_FILE + ".tmp")
-    with open(temp, "w") as f:
-        f.write(str(step))
-    os.replace(temp, os.path.join(root, TRACKER_FILE))
-
-
-def apply_retention(root: str, current_step: int, keep: dict) -> list[str]:
-    """Delete each role's folder beyond its newest `keep[role]` checkpoints (None or <= 0:
-    keep all); a step folder left with no role is removed whole. Only steps up to the
-    current one count: higher ones belong to an abandoned run and are replaced as this
-    run reaches them."""
-    removed = []
-    steps = [(s, p) for s, p in _step_dirs(root) if s <= current_step]
-    for role, limit in keep.items():
-        if limit is None or int(limit) <= 0:
-            continue
-        with_role = [(s, p) for s, p in steps if os.path.isdir(os.path.join(p, role))]
-        for _, path in with_role[: max(len(with_role) - int(limit), 0)]:
-            shutil.rmtree(os.path.join(path, role), ignore_errors=True)
-            removed.append(os.path.join(path, role))
-    for _, path in steps:
-        if not any(os.path.isdir(os.path.join(path, role)) for role in ROLES):
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
-    return removed
-
-
-def _step_dirs(root: str) -> list[tuple[int, str]]:
-    if not os.path.isdir(root):
-        return []
-    out = []
-    for name in os.listdir(root):
-        match = STEP_DIR.match(name)
-        if match:
-            out.append((int(match.group(1)), os.path.join(root, name)))
-    return sorted(out)
+__all__ = ["RunCheckpoints", "merge_final_actor"]

@@ -21,7 +21,8 @@ def print_header(config, trainer) -> None:
 
     rollout = config.actor_rollout_ref.rollout
     mode = "multi-turn " if rollout.multi_turn.enable else ""
-    val_rows = len(trainer.val_dataloader.dataset) if trainer.val_dataloader is not None else 0
+    val_dl = trainer.validation.dataloader
+    val_rows = len(val_dl.dataset) if val_dl is not None else 0
     test_freq = config.trainer.test_freq
     lines = [
         f"hybrid: {config.algorithm.adv_estimator} on {_model_name(config.actor_rollout_ref.model.path)} | "
@@ -66,7 +67,7 @@ def print_summary(config, result: dict) -> None:
             f"  plots: {os.path.dirname(result['plots'][0])} "
             f"({', '.join(os.path.basename(str(p)) for p in result['plots'])})"
         )
-    from hybrid.checkpointing import latest_checkpoint
+    from hybrid.checkpoint_folders import latest_checkpoint
 
     checkpoint = latest_checkpoint(os.path.abspath(str(config.trainer.default_local_dir)))
     if checkpoint is not None:

@@ -87,7 +87,7 @@ __all__ = list(_losses_all) + [
 # ----------------------------------------------------------------------------- registry
 
 
-class AdvantageEstimator(str, Enum):
+class AdvantageEstimator(str, Enum):  # noqa: UP042 (StrEnum would change str() of a member)
     """The built-in estimators' names (``algorithm.adv_estimator``)."""
 
     GAE = "gae"

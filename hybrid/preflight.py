@@ -24,7 +24,7 @@ import os
 import re
 from collections import Counter
 
-from hybrid.config.validate import DEFAULT_ASSET_PREFIX
+from hybrid.defaults import DEFAULT_ASSET_PREFIX
 from hybrid.errors import InputError
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")

@@ -67,12 +67,7 @@ def _worker_specs(config) -> dict:
     role = Role.ACTOR_ROLLOUT_REF if config.use_reference_policy else Role.ACTOR_ROLLOUT
     specs = {"actor_rollout": (ActorRolloutRefWorker, (arr,), {"role": role})}
     if config.use_critic:
-        # The critic's mini-batches count prompts, as the actor's do: it needs n.
-        specs["critic"] = (
-            CriticWorker,
-            (config.critic,),
-            {"rollout_n": arr.rollout.n, "use_prefix_grouper": arr.actor.use_prefix_grouper},
-        )
+        specs["critic"] = (CriticWorker, (config.critic,), {})
     if config.reward_model.enable:
         specs["rm"] = (RewardModelWorker, (config.reward_model,), {})
     return specs

@@ -13,11 +13,10 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from hybrid.config.schema import fold_overlong_spellings
-
+from .config import fold_overlong_spellings
 from .manager import get_reward_manager_cls
 from .scorers import check_score_kwargs, default_compute_score
-from .user_code import load_user_file
+from .user_code import describe_callable, load_user_file
 
 # How a reward manager calls a per-sample function (keywords, as verl does) ...
 _SAMPLE_ARGS = {"data_source": "", "solution_str": "", "ground_truth": "", "extra_info": None}
@@ -80,18 +79,6 @@ class CustomRewardFunction:
 
     def __repr__(self) -> str:
         return f"CustomRewardFunction({self.describe()!r}, reward_kwargs={self.reward_kwargs})"
-
-
-def describe_callable(fn: Callable) -> str:
-    """A name and a file for messages about `fn`."""
-    if hasattr(fn, "describe"):
-        return fn.describe()
-    inner = fn
-    while isinstance(inner, functools.partial):
-        inner = inner.func
-    name = getattr(inner, "__qualname__", None) or repr(inner)
-    source = inspect.getsourcefile(inner) if inspect.isfunction(inner) else None
-    return f"{name} in {source}" if source else f"{getattr(inner, '__module__', '?')}.{name}"
 
 
 def check_reward_signature(fn: Callable, batch: bool = False, extra_kwargs: dict | None = None) -> None:

@@ -36,6 +36,7 @@ from typing import Any
 import torch
 
 from .scorers import default_compute_score
+from .user_code import describe_callable
 
 # Manager-level keys of `reward_model.reward_kwargs`. The config carries every manager's
 # keys, so each manager ignores the others'; any key not listed here is passed on to the
@@ -57,13 +58,6 @@ class Sample:
     ground_truth: Any
     extra_info: Any
     response_length: int
-
-
-def _describe(fn: Callable) -> str:
-    # Imported here: loader imports this module.
-    from .loader import describe_callable
-
-    return describe_callable(fn)
 
 
 def default_batch_compute_score(data_sources, solution_strs, ground_truths, extra_infos, **kwargs):
@@ -151,7 +145,7 @@ class RewardManagerBase(abc.ABC):
             )
         except Exception as e:
             raise RewardFunctionError(
-                f"reward function {_describe(self.compute_score)} raised on sample {sample.index} "
+                f"reward function {describe_callable(self.compute_score)} raised on sample {sample.index} "
                 f"(data_source={sample.data_source!r}): {type(e).__name__}: {e}"
             ) from e
 
@@ -162,7 +156,7 @@ class RewardManagerBase(abc.ABC):
     def _check(self, result, sample: Sample) -> tuple[float, dict]:
         """The score of one result and its extra keys; loud on anything unusable."""
         where = (
-            f"reward function {_describe(self.compute_score)} on sample {sample.index} "
+            f"reward function {describe_callable(self.compute_score)} on sample {sample.index} "
             f"(data_source={sample.data_source!r})"
         )
         extras: dict = {}
@@ -298,13 +292,13 @@ class BatchRewardManager(RewardManagerBase):
             )
         except Exception as e:
             raise RewardFunctionError(
-                f"batch reward function {_describe(self.compute_score)} raised on a batch of {len(samples)} "
+                f"batch reward function {describe_callable(self.compute_score)} raised on a batch of {len(samples)} "
                 f"samples: {type(e).__name__}: {e}"
             ) from e
         results = list(results)
         if len(results) != len(samples):
             raise RewardFunctionError(
-                f"batch reward function {_describe(self.compute_score)} returned {len(results)} scores "
+                f"batch reward function {describe_callable(self.compute_score)} returned {len(results)} scores "
                 f"for {len(samples)} samples"
             )
         return results
@@ -389,7 +383,7 @@ class PrimeRewardManager(RewardManagerBase):
             self._fn_bytes = pickle.dumps(self.compute_score)
         except (pickle.PicklingError, AttributeError, TypeError) as e:
             raise TypeError(
-                f"the prime reward manager sends {_describe(self.compute_score)} to other processes, but it "
+                f"the prime reward manager sends {describe_callable(self.compute_score)} to other processes, but it "
                 f"cannot be pickled ({e}); use a module-level function or custom_reward_function.path"
             ) from e
         self._pool: ProcessPoolExecutor | None = None
@@ -413,7 +407,7 @@ class PrimeRewardManager(RewardManagerBase):
                 cause = failures[0] if failures else f"not started after {STARTUP_TIMEOUT_S:.0f}s"
                 raise RuntimeError(
                     f"prime reward manager: the {self.num_processes} worker processes for "
-                    f"{_describe(self.compute_score)} did not start: {cause}"
+                    f"{describe_callable(self.compute_score)} did not start: {cause}"
                 )
         return self._pool
 

@@ -1,4 +1,5 @@
-"""Loading a user's Python file (reward function, environment, dataset class) as a module.
+"""Loading a user's Python file (reward function, environment, dataset class) as a module,
+and naming a user's callable in messages (`describe_callable`).
 
 One module per file, named after a hash of its path, so two files with the same base name
 (`env.py`, `reward.py`) do not replace each other in sys.modules; registered there so the
@@ -7,10 +8,13 @@ classes and functions it defines pickle (process pools, DataLoader workers, Ray 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
+import inspect
 import os
 import sys
+from collections.abc import Callable
 from types import ModuleType
 
 
@@ -36,3 +40,15 @@ def load_user_file(path: str, key: str, what: str, prefix: str) -> tuple[ModuleT
         del sys.modules[module_name]
         raise ImportError(f"{key}: importing {resolved} failed: {type(e).__name__}: {e}") from e
     return module, resolved
+
+
+def describe_callable(fn: Callable) -> str:
+    """A name and a file for messages about `fn`."""
+    if hasattr(fn, "describe"):
+        return fn.describe()
+    inner = fn
+    while isinstance(inner, functools.partial):
+        inner = inner.func
+    name = getattr(inner, "__qualname__", None) or repr(inner)
+    source = inspect.getsourcefile(inner) if inspect.isfunction(inner) else None
+    return f"{name} in {source}" if source else f"{getattr(inner, '__module__', '?')}.{name}"

@@ -68,7 +68,7 @@ def _round_trip(args, arr, tokenizer, out: str) -> None:
     """One AdamW step, then the timed save, `hf_model` export, load and merge, printed."""
     import torch
 
-    from scripts.model_merger import merge
+    from hybrid.model_merge import merge
 
     module, optimizer, ckpt = _build(args, arr, tokenizer)
     ids = torch.randint(0, len(tokenizer), (2, 32))

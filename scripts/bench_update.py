@@ -167,7 +167,7 @@ def record_batch(settings: dict, path: Path) -> dict:
     try:
         trainer.update_rollout_weights({})
         trainer.actor_rollout_wg.update_actor = capture
-        trainer.global_steps = 1
+        trainer.state.global_step = 1
         try:
             trainer.train_step(DataProto.from_single_dict(next(iter(train_dl))), None, {}, {})
         except _Captured:
@@ -184,7 +184,7 @@ def _save_batch(batch, settings: dict, path: Path, extra: dict) -> dict:
 
     tensors = {key: batch.batch[key].contiguous() for key in batch.batch.keys()}
     plain = (int, float, str, bool)
-    meta_info = {k: v for k, v in batch.meta_info.items() if isinstance(v, plain) and k != "rollout_correction"}
+    meta_info = {k: v for k, v in batch.meta_info.items() if isinstance(v, plain)}
     scores = tensors["token_level_scores"].sum(-1)
     lengths = tensors["response_mask"].sum(-1)
     meta = {
@@ -257,7 +257,6 @@ def _counting_hooks(module, counts: dict):
 def run_variant(name: str, path: Path, repeats: int, mixed_precision: str) -> dict:
     """Warm-up update (counted, untimed), then `repeats` timed updates; peak RSS."""
     from protocol.data_proto import DataProto
-    from workers.optimizer_step import mini_batch_samples_per_rank
 
     saved = load_batch(path)
     settings = saved["meta"]["settings"]
@@ -265,15 +264,13 @@ def run_variant(name: str, path: Path, repeats: int, mixed_precision: str) -> di
     worker = _build_actor(config, VARIANTS[name])
     rss_loaded = _peak_rss_gb()
     arr = config.actor_rollout_ref
-    mini_batch = mini_batch_samples_per_rank(arr.actor.ppo_mini_batch_size, arr.rollout.n, 1)
 
     def update() -> tuple[float, dict]:
         data = DataProto.from_dict(tensors=dict(saved["tensors"]), meta_info=dict(saved["meta"]["meta_info"]))
-        data.meta_info["rollout_correction"] = config.algorithm.rollout_correction
         with worker._actor_on_device(optimizer=True):
             before = cpu_snapshot()
             start = time.perf_counter()
-            metrics = worker.actor.update_policy(data, arr.rollout.temperature, mini_batch)
+            metrics = worker.actor.update_policy(data, arr.rollout.temperature)
             seconds = time.perf_counter() - start
             others.append(others_cores(before, cpu_snapshot()))
             return seconds, metrics

@@ -159,10 +159,12 @@ def _loadavg() -> list[float]:
 # ----------------------------------------------------------------------------- shared job
 def shared_settings(steps: int) -> dict:
     """The values both sides use; hybrid's own defaults for lr, decay, clip, temperature, seed."""
-    from hybrid.config import default_config
+    from hybrid.config import build_config
+    from workers.losses import _clip_range
 
-    cfg = default_config()
+    cfg = build_config()
     actor = cfg.actor_rollout_ref.actor
+    clip_low, clip_high = _clip_range(actor)  # the losses' own reading of a null bound
     return {
         "steps": int(steps),
         "prompts_per_step": PROMPTS_PER_STEP,
@@ -172,8 +174,8 @@ def shared_settings(steps: int) -> dict:
         "lr": float(actor.optim.lr),
         "weight_decay": float(actor.optim.weight_decay),
         "grad_clip": float(actor.grad_clip),
-        "clip_ratio_low": float(actor.get("clip_ratio_low", actor.clip_ratio)),
-        "clip_ratio_high": float(actor.get("clip_ratio_high", actor.clip_ratio)),
+        "clip_ratio_low": float(clip_low),
+        "clip_ratio_high": float(clip_high),
         "temperature": float(cfg.actor_rollout_ref.rollout.temperature),
         "seed": int(cfg.trainer.seed),
         "data_seed": int(cfg.data.seed),

@@ -206,7 +206,7 @@ def train(cfg, log_path: Path) -> list[dict]:
         def after_step(self, metrics: dict) -> None:
             super().after_step(metrics)  # the checkpoint, when due: part of the step's footprint
             record = {
-                "step": self.global_steps,
+                "step": self.state.global_step,
                 "time": time.time(),
                 "driver": process_stats(),
                 "workers": self.actor_rollout_wg.memory_stats(),

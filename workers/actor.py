@@ -20,6 +20,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from protocol.data_proto import DataProto
+from workers.config.batching import MicroBatching
 from workers.device import current_device
 from workers.losses import (
     agg_loss,
@@ -29,11 +30,10 @@ from workers.losses import (
     kl_penalty,
     logprobs_from_logits,
 )
-from workers.micro_batch import MicroBatching, micro_batches, response_inputs, to_rows
+from workers.micro_batch import micro_batches, response_inputs, to_rows
 from workers.optimizer_step import MiniBatchCounts, OptimizerStep, UpdatePlan, all_reduce_max, world_size
 from workers.response_head import fused_response_head
 from workers.rollout_correction import (
-    CorrectionSettings,
     Stats,
     compute_correction,
     correction_metrics,
@@ -125,36 +125,31 @@ class DataParallelPPOActor:
         return log_probs, entropy
 
     # ------------------------------------------------------------------ update
-    def update_policy(self, data: DataProto, temperature: float, mini_batch_size: int) -> dict[str, float]:
-        """One PPO update on this rank's rows; `mini_batch_size` is in samples per rank.
+    def update_policy(self, data: DataProto, temperature: float) -> dict[str, float]:
+        """One PPO update on this rank's rows, in mini-batches of the config's
+        `mini_batch_samples_per_rank`.
 
-        On-policy (one optimizer step on the whole batch) the driver skips the old log-prob
-        pass, because the weights that would compute it are the ones being updated: this
-        forward's log-probs, detached, are the old ones (ratio 1).
+        On-policy (`on_policy_update`: one optimizer step on the whole batch) the driver skips
+        the old log-prob pass, because the weights that would compute it are the ones being
+        updated: this forward's log-probs, detached, are the old ones (ratio 1).
 
-        Rollout correction (`data.meta_info["rollout_correction"]`, the algorithm section the
-        driver sends, and the older `tis_imp_ratio_cap`) is applied here; see `_correct`.
+        Rollout correction (the config's `correction`: algorithm.rollout_correction, or the
+        older `tis_imp_ratio_cap`) is applied here; see `_correct`.
         """
         cfg = self.config
-        on_policy = "old_log_probs" not in data.batch.keys()
-        if on_policy and (cfg.ppo_epochs != 1 or mini_batch_size < len(data)):
-            raise ValueError(
-                f"update_actor got no old_log_probs, which is only valid for one optimizer step on the whole batch, "
-                f"but ppo_epochs={cfg.ppo_epochs} and the mini-batch has {mini_batch_size} of {len(data)} samples"
-            )
-        settings = CorrectionSettings.from_config(data.meta_info.get("rollout_correction"), cfg.tis_imp_ratio_cap)
+        on_policy = cfg.on_policy_update
+        _check_old_log_probs(cfg, "old_log_probs" in data.batch.keys(), len(data))
+        settings = cfg.correction
         stats = Stats()
         data, where = self._correct(data, settings, on_policy, stats)
         keys = self._update_keys(data, on_policy, settings)
         loss = _PolicyMicroLoss(self, cfg, temperature, on_policy, "rollout_log_probs" in keys, settings, where, stats)
         plan = UpdatePlan(
-            samples_per_rank=mini_batch_size,
+            samples_per_rank=cfg.mini_batch_samples_per_rank,
             epochs=cfg.ppo_epochs,
             shuffle=cfg.shuffle,
             seed=cfg.data_loader_seed if cfg.data_loader_seed is not None else 0,
-            micro=MicroBatching(
-                cfg.ppo_micro_batch_size_per_gpu, cfg.use_dynamic_bsz, cfg.ppo_max_token_len_per_gpu
-            ).for_model(self.share_prompts, self.sp),
+            micro=cfg.update_batching.for_model(self.share_prompts, self.sp),
             seq_level=cfg.loss_agg_mode.startswith("seq-mean"),
         )
         metrics = self.step.run(data, keys, plan, loss)
@@ -177,7 +172,7 @@ class DataParallelPPOActor:
         * "micro": decoupled on-policy (no separate pass): pi_old is each micro-batch's own
           detached forward; token and sequence weights need nothing beyond the micro-batch's
           whole rows. Rejection and normalisation need the whole batch first, so the driver
-          keeps the old log-prob pass for them (PPOTrainer.on_policy_update).
+          keeps the old log-prob pass for them (the config's on_policy_update is false).
         * "bypass": pi_rollout is the anchor (the driver sent it as old_log_probs); weights and
           rejection follow pi_theta, so they are computed per micro-batch in the loss, and
           normalisation averages over the micro-batch on all ranks, as verl's bypass mode.
@@ -340,3 +335,22 @@ class _PolicyMicroLoss:
             metrics["rollout/logp_abs_diff_mean"] = float(diff.sum()) / counts.tokens
             self.logp_diff_max = max(self.logp_diff_max, float(diff.max()) if diff.numel() else 0.0)
         return metrics
+
+
+def _check_old_log_probs(cfg, has_old: bool, rows: int) -> None:
+    """The driver runs the old log-prob pass exactly when the config's `on_policy_update` is
+    false; a batch that disagrees would train on the wrong anchor, so it stops here."""
+    if cfg.on_policy_update and has_old:
+        raise ValueError(
+            "update_actor got old_log_probs, but the config's actor.on_policy_update says this update takes its own "
+            "forward's log-probs as the old ones (skip_old_log_prob_on_policy=true, one optimizer step on the whole "
+            "batch); do not run compute_log_prob before it, or set "
+            "actor_rollout_ref.actor.skip_old_log_prob_on_policy=false"
+        )
+    if not cfg.on_policy_update and not has_old:
+        raise ValueError(
+            f"update_actor got no old_log_probs; skipping that pass is only valid for one optimizer step on the whole "
+            f"batch with nothing reading old log-probs first (actor.on_policy_update), and this update has "
+            f"ppo_epochs={cfg.ppo_epochs} and mini-batches of {cfg.mini_batch_samples_per_rank} samples per rank for "
+            f"{rows} rows; run compute_log_prob first"
+        )

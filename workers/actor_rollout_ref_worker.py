@@ -25,26 +25,21 @@ from workers.base import Worker
 from workers.checkpoint import FSDPCheckpointer
 from workers.fsdp_utils import build_lr_scheduler, build_optimizer, offload_params, on_device
 from workers.lora import is_peft_model, merged_state
-from workers.micro_batch import MicroBatching
 from workers.model_loading import load_hf_model, load_tokenizer, model_path_in_shm
-from workers.optimizer_step import mini_batch_samples_per_rank
 from workers.profiling import ProfiledWorker, StepProfiler
 from workers.response_head import uses_fused_head
 from workers.roles import Role
-from workers.shared_prefix import shares_prompts
-from workers.ulysses import check_heads, data_parallel_size, gather_group_rows, own_rows, sequence_parallel_group
+from workers.ulysses import (
+    check_data_parallel_size,
+    check_heads,
+    gather_group_rows,
+    own_rows,
+    sequence_parallel_group,
+)
 from workers.weight_sync import EngineWeightSync
 
-SP_KEY = "actor_rollout_ref.actor.ulysses_sequence_parallel_size"
-
-
-def log_prob_batching(section) -> MicroBatching:
-    """A log-prob pass's micro-batches, from the `rollout` or `ref` section."""
-    return MicroBatching(
-        section.log_prob_micro_batch_size_per_gpu,
-        section.log_prob_use_dynamic_bsz,
-        section.log_prob_max_token_len_per_gpu,
-    )
+ARR = "actor_rollout_ref"
+SP_KEY = f"{ARR}.actor.ulysses_sequence_parallel_size"
 
 
 class ActorRolloutRefWorker(ProfiledWorker, Worker):
@@ -79,6 +74,8 @@ class ActorRolloutRefWorker(ProfiledWorker, Worker):
         self.tokenizer = load_tokenizer(model.tokenizer, model.trust_remote_code)
         if self.role.has_actor or self.role.has_ref:
             self.sp = sequence_parallel_group(self.config.actor.ulysses_sequence_parallel_size, SP_KEY)
+            if self.role.has_actor:
+                check_data_parallel_size(self.config.actor.data_parallel_size, self.world_size, self.sp, ARR)
         if self.role.has_actor or self.role.has_rollout:
             self._build_policy()
         if self.role.has_ref:
@@ -135,19 +132,12 @@ class ActorRolloutRefWorker(ProfiledWorker, Worker):
             actor,
             optimizer,
             scheduler,
-            share_prompts=self.share_prompts,
+            share_prompts=actor.share_prompts,
             chunk_logits=uses_fused_head(self.config.model.use_fused_kernels, self.actor_module),
             sp=self.sp,
         )
         if self.sp:
             check_heads(self.hf_config, self.sp.size, SP_KEY)
-
-    @property
-    def share_prompts(self) -> bool:
-        """Prompt-once packing for the actor's and the reference's passes (actor.use_prefix_grouper)."""
-        return shares_prompts(
-            self.config.actor.use_prefix_grouper, self.config.rollout.n, self.config.model.use_remove_padding
-        )
 
     def _build_ref(self):
         use_remove_padding = self.config.model.use_remove_padding
@@ -158,7 +148,11 @@ class ActorRolloutRefWorker(ProfiledWorker, Worker):
             ref_module, self.hf_config = self._load_causal_lm(self.config.ref.fsdp_config, trainable=False)
         chunk_logits = uses_fused_head(self.config.model.use_fused_kernels, ref_module)
         self.ref = DataParallelPPOActor(
-            ref_module, use_remove_padding, share_prompts=self.share_prompts, chunk_logits=chunk_logits, sp=self.sp
+            ref_module,
+            use_remove_padding,
+            share_prompts=self.config.actor.share_prompts,
+            chunk_logits=chunk_logits,
+            sp=self.sp,
         )
         if self.sp:
             check_heads(self.hf_config, self.sp.size, SP_KEY)
@@ -254,7 +248,7 @@ class ActorRolloutRefWorker(ProfiledWorker, Worker):
         with self._actor_on_device():
             log_probs, entropy = self.actor.compute_log_prob(
                 gather_group_rows(data, self.sp),
-                log_prob_batching(rollout),
+                rollout.log_prob_batching,
                 rollout.temperature,
                 calculate_entropy=True,
             )
@@ -265,7 +259,7 @@ class ActorRolloutRefWorker(ProfiledWorker, Worker):
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
         self._require(self.ref, "compute_ref_log_prob", "ref")
-        batching, temperature = log_prob_batching(self.config.ref), self.config.rollout.temperature
+        batching, temperature = self.config.ref.log_prob_batching, self.config.rollout.temperature
         data = gather_group_rows(data, self.sp)
         with self._ref_on_device():
             if self.ref_in_actor:
@@ -280,14 +274,9 @@ class ActorRolloutRefWorker(ProfiledWorker, Worker):
     def update_actor(self, data: DataProto) -> DataProto:
         """One PPO update; the engine keeps the old weights until update_rollout_weights."""
         self._require(None if self.actor is None else self.actor.optimizer, "update_actor", "actor")
-        cfg = self.config
-        # A sequence-parallel group trains on its members' rows together: mini-batches per group.
-        mini_batch = mini_batch_samples_per_rank(
-            cfg.actor.ppo_mini_batch_size, cfg.rollout.n, data_parallel_size(self.world_size, self.sp)
-        )
         with self._actor_on_device(optimizer=True):
             start = time.perf_counter()
-            metrics = self.actor.update_policy(gather_group_rows(data, self.sp), cfg.rollout.temperature, mini_batch)
+            metrics = self.actor.update_policy(gather_group_rows(data, self.sp), self.config.rollout.temperature)
             metrics["perf/update_actor_s"] = time.perf_counter() - start
         return DataProto(meta_info={"metrics": metrics})
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 import torch
 
 from protocol.data_proto import DataProto
+from workers.config.batching import MicroBatching
 from workers.device import current_device
 from workers.losses import compute_value_loss, masked_mean
-from workers.micro_batch import MicroBatching, micro_batches, response_inputs, to_rows
+from workers.micro_batch import micro_batches, response_inputs, to_rows
 from workers.optimizer_step import MiniBatchCounts, OptimizerStep, UpdatePlan, world_size
 from workers.ulysses import SequenceParallel, SequenceSplit
 
@@ -83,18 +84,16 @@ class DataParallelPPOCritic:
             values[index] = self.values_micro({k: tensors[k][index] for k in keys}).cpu()
         return values
 
-    def update_critic(self, data: DataProto, mini_batch_size: int) -> dict[str, float]:
-        """One value update on this rank's rows; `mini_batch_size` is in samples per rank."""
+    def update_critic(self, data: DataProto) -> dict[str, float]:
+        """One value update on this rank's rows, in mini-batches of the config's samples per rank."""
         cfg = self.config
         keys = ["responses", "input_ids", "attention_mask", "position_ids", "response_mask", "values", "returns"]
         plan = UpdatePlan(
-            samples_per_rank=mini_batch_size,
+            samples_per_rank=cfg.mini_batch_samples_per_rank,
             epochs=cfg.ppo_epochs,
             shuffle=cfg.shuffle,
             seed=CRITIC_SHUFFLE_SEED,
-            micro=MicroBatching(
-                cfg.ppo_micro_batch_size_per_gpu, cfg.use_dynamic_bsz, cfg.ppo_max_token_len_per_gpu
-            ).for_model(self.share_prompts, self.sp),
+            micro=cfg.update_batching.for_model(self.share_prompts, self.sp),
             seq_level=cfg.loss_agg_mode.startswith("seq-mean"),
         )
         return self.step.run(data, keys, plan, self._micro_loss)

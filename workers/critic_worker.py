@@ -2,8 +2,7 @@
 the actor's weights), its values and its update, and its sharded checkpoints.
 
 It shares the device slots of the fused worker. Its mini-batches count prompts as the
-actor's do, so it needs `actor_rollout_ref.rollout.n` (responses per prompt), passed to
-its constructor by the driver.
+actor's do; the driver's config fills the section's derived `rollout_n` for that.
 """
 
 from __future__ import annotations
@@ -14,26 +13,27 @@ from protocol.data_proto import DataProto
 from protocol.dispatch import Dispatch, register
 from workers.base import Worker
 from workers.checkpoint import FSDPCheckpointer
+from workers.config import CriticConfig
 from workers.critic import DataParallelPPOCritic
 from workers.fsdp_utils import build_lr_scheduler, build_optimizer, offload_params, on_device
-from workers.micro_batch import MicroBatching
 from workers.model_loading import load_hf_model, load_tokenizer
-from workers.optimizer_step import mini_batch_samples_per_rank
 from workers.profiling import ProfiledWorker, StepProfiler
-from workers.shared_prefix import shares_prompts
-from workers.ulysses import check_heads, data_parallel_size, gather_group_rows, own_rows, sequence_parallel_group
+from workers.ulysses import (
+    check_data_parallel_size,
+    check_heads,
+    gather_group_rows,
+    own_rows,
+    sequence_parallel_group,
+)
 
 
 class CriticWorker(ProfiledWorker, Worker):
-    """config: the `critic` section; rollout_n: `actor_rollout_ref.rollout.n`;
-    use_prefix_grouper: `actor_rollout_ref.actor.use_prefix_grouper` (prompt-once packing
-    is one switch for every model that trains)."""
+    """config: the typed `critic` section, its derived fields filled (rollout_n,
+    data_parallel_size, share_prompts: hybrid/config/derived.py)."""
 
-    def __init__(self, config, rollout_n: int, use_prefix_grouper: bool | None = None):
+    def __init__(self, config: CriticConfig):
         super().__init__()
         self.config = config
-        self.share_prompts = shares_prompts(use_prefix_grouper, rollout_n, config.model.use_remove_padding)
-        self.rollout_n = rollout_n
         self.profiler = StepProfiler(config.profiler, "critic", self.rank)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -53,10 +53,7 @@ class CriticWorker(ProfiledWorker, Worker):
         model = cfg.model
         key = "critic.ulysses_sequence_parallel_size"
         self.sp = sequence_parallel_group(cfg.ulysses_sequence_parallel_size, key)
-        # A sequence-parallel group trains on its members' rows together: mini-batches per group.
-        self.mini_batch_samples = mini_batch_samples_per_rank(
-            cfg.ppo_mini_batch_size, self.rollout_n, data_parallel_size(self.world_size, self.sp)
-        )
+        check_data_parallel_size(cfg.data_parallel_size, self.world_size, self.sp, "critic")
         self.module, self.hf_config = load_hf_model(
             AutoModelForTokenClassification,
             model.path,
@@ -79,7 +76,7 @@ class CriticWorker(ProfiledWorker, Worker):
             optimizer,
             scheduler,
             model.use_remove_padding,
-            share_prompts=self.share_prompts,
+            share_prompts=self.config.share_prompts,
             sp=self.sp,
         )
         if self.sp:
@@ -113,16 +110,12 @@ class CriticWorker(ProfiledWorker, Worker):
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_values(self, data: DataProto) -> DataProto:
-        cfg = self.config
-        batching = MicroBatching(
-            cfg.forward_micro_batch_size_per_gpu, cfg.use_dynamic_bsz, cfg.forward_max_token_len_per_gpu
-        )
         with self._on_device():
-            values = self.critic.compute_values(gather_group_rows(data, self.sp), batching)
+            values = self.critic.compute_values(gather_group_rows(data, self.sp), self.config.values_batching)
         return DataProto.from_dict(tensors={"values": own_rows(values, self.sp)})
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def update_critic(self, data: DataProto) -> DataProto:
         with self._on_device(optimizer=True):
-            metrics = self.critic.update_critic(gather_group_rows(data, self.sp), self.mini_batch_samples)
+            metrics = self.critic.update_critic(gather_group_rows(data, self.sp))
         return DataProto(meta_info={"metrics": metrics})

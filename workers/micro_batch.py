@@ -1,7 +1,7 @@
 """Splitting a rank's batch into micro-batches, and packing sequences without padding.
 
-`MicroBatching` is what a section says about one forward pass's size (a sample count, or
-a token budget with `use_dynamic_bsz`); `micro_batches` / `micro_batch_indices` turn it
+`MicroBatching` (workers/config/batching.py) is what a section says about one forward
+pass's size (a sample count, or a token budget with `use_dynamic_bsz`); `micro_batches` / `micro_batch_indices` turn it
 into index lists. Counting keeps order; `split_by_token_budget` groups samples so that each
 micro-batch holds at most `max_token_len` real tokens (callers put results back by index).
 Prompt groups (workers/shared_prefix.py) are the units when prompts are shared.
@@ -13,36 +13,13 @@ position ids restart at 0 — transformers then masks attention per sequence
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, replace
 
 import torch
 import torch.distributed as dist
 
+from workers.config.batching import MicroBatching
 from workers.device import current_device
 from workers.shared_prefix import group_token_counts, pack_shared, prompt_groups
-from workers.ulysses import SequenceParallel
-
-
-@dataclass(frozen=True)
-class MicroBatching:
-    """One forward pass's share of a rank's batch, read from a config section.
-
-    `micro_batch_size` (samples) applies unless `use_dynamic_bsz`; then micro-batches are
-    packed up to `max_token_len` real tokens instead. With `share_prompts` the rows of a
-    prompt group stay together and are packed prompt-once (workers/shared_prefix.py): a
-    group counts its prompt once against the token budget.
-    """
-
-    micro_batch_size: int | None
-    use_dynamic_bsz: bool
-    max_token_len: int
-    share_prompts: bool = False
-
-    def for_model(self, share_prompts: bool, sp: SequenceParallel | None) -> MicroBatching:
-        """As a model's passes run it: prompt-once or not, and a token budget that is per
-        device of a sequence-parallel group `sp`, so the group's rows get sp.size times as
-        many (verl's rule)."""
-        return replace(self, share_prompts=share_prompts, max_token_len=self.max_token_len * (sp.size if sp else 1))
 
 
 def micro_batches(tensors, batching: MicroBatching, world_size: int) -> list[list[int]]:

@@ -27,14 +27,9 @@ import torch
 import torch.distributed as dist
 
 from protocol.data_proto import DataProto
+from workers.config.batching import MicroBatching
 from workers.device import current_device
-from workers.micro_batch import MicroBatching, micro_batches
-
-
-def mini_batch_samples_per_rank(ppo_mini_batch_size: int, rollout_n: int, world_size: int) -> int:
-    """Rows of one optimizer step on one rank: `ppo_mini_batch_size` counts prompts (verl's
-    unit), each with its `rollout.n` responses, split evenly over the ranks."""
-    return max(int(ppo_mini_batch_size) * int(rollout_n) // world_size, 1)
+from workers.micro_batch import micro_batches
 
 
 def world_size() -> int:
@@ -60,7 +55,7 @@ def all_reduce_max(value: float) -> float:
 
 @dataclass(frozen=True)
 class UpdatePlan:
-    samples_per_rank: int  # rows per optimizer step on this rank (mini_batch_samples_per_rank)
+    samples_per_rank: int  # rows per optimizer step on this rank (the config's mini_batch_samples_per_rank)
     epochs: int
     shuffle: bool
     seed: int  # epoch e shuffles with seed + e

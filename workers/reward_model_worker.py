@@ -15,7 +15,7 @@ from protocol.dispatch import Dispatch, register
 from workers.base import Worker
 from workers.device import current_device
 from workers.fsdp_utils import offload_params, on_device
-from workers.micro_batch import MicroBatching, micro_batch_indices
+from workers.micro_batch import micro_batch_indices
 from workers.model_loading import load_hf_model, load_tokenizer
 
 
@@ -88,7 +88,7 @@ class RewardModelWorker(Worker):
             input_ids = data.batch["input_ids"]
             attention_mask = data.batch["attention_mask"]
             position_ids = data.batch["position_ids"]
-        batching = MicroBatching(cfg.micro_batch_size_per_gpu, cfg.use_dynamic_bsz, cfg.forward_max_token_len_per_gpu)
+        batching = cfg.batching
         scores = torch.zeros(len(data), dtype=torch.float32)
         device = current_device()
         with on_device(self.module, cfg.model.fsdp_config):

@@ -75,16 +75,6 @@ def attention_plan(prompts, responses, total: int, device) -> dict[str, torch.Te
     return {k: v.to(device) for k, v in tensors.items()}
 
 
-def shares_prompts(use_prefix_grouper: bool | None, rollout_n: int, use_remove_padding: bool) -> bool:
-    """`actor.use_prefix_grouper`: null (the default) means on wherever rows are packed
-    (`use_remove_padding`) and a prompt has more than one sample, so sharing saves work;
-    true packs prompt-once whatever use_remove_padding says (verl's prefix grouper pads
-    nothing either); false never."""
-    if use_prefix_grouper is None:
-        return rollout_n > 1 and use_remove_padding
-    return bool(use_prefix_grouper)
-
-
 def prompt_groups(
     input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, response_len: int
 ) -> list[list[int]]:

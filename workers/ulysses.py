@@ -75,6 +75,19 @@ def data_parallel_size(world_size: int, sp: SequenceParallel | None) -> int:
     return world_size // (sp.size if sp else 1)
 
 
+def check_data_parallel_size(configured: int, world_size: int, sp: SequenceParallel | None, section: str) -> None:
+    """The config's mini-batches per rank were derived for `configured` data-parallel groups
+    (trainer.nnodes x trainer.n_gpus_per_node / ulysses size); a worker group of another size
+    would split each optimizer step wrongly, so it stops here."""
+    actual = data_parallel_size(world_size, sp)
+    if configured != actual:
+        raise ValueError(
+            f"{section}: the config was built for {configured} data-parallel group(s), but this worker group has "
+            f"{world_size} rank(s) = {actual} group(s); build the config with trainer.nnodes x "
+            f"trainer.n_gpus_per_node equal to the number of ranks"
+        )
+
+
 # ---------------------------------------------------------------- rows of the group
 
 

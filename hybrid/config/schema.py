@@ -1,18 +1,18 @@
-"""The typed configuration: one frozen dataclass per section of `ppo_trainer.yaml`.
+"""The driver's configuration: one frozen dataclass per section of `ppo_trainer.yaml`.
 
 Field names are verl's key names, so `config.actor_rollout_ref.actor.ppo_mini_batch_size`
-reads the same in a run script and in code. Types and value rules sit on the fields
-(hybrid/config/typed.py); rules that involve several keys are each section's `check`;
-choices come from the registries (advantage estimators, policy losses, KL kinds, reward
-managers, loggers), so a name registered by a plug-in (`actor_rollout_ref.model.external_lib`)
-is valid on the command line. The yaml holds every default; nothing here repeats one.
-Derived values are properties (`HybridConfig.world_size`, `ActorRolloutRefConfig.
-mini_batch_samples`, ...), never keys written back.
-
-This module holds the data and actor/rollout/reference sections and HybridConfig, and
-re-exports every name of the others: schema_fields.py (shared field types), schema_models.py
-(sharding, optimizer, checkpoint and model blocks), schema_profiling.py, schema_critic_reward.py
-and schema_algorithm.py (algorithm and trainer).
+reads the same in a run script and in code. The driver's own sections are here (`data`,
+`algorithm`, `trainer`); each worker's section is declared by its worker (workers/config:
+actor, ref, rollout, critic, reward model, profilers), the reward function's by the reward
+package (reward/config.py), and `HybridConfig` composes them. Types and value rules sit on
+the fields (protocol/config_schema.py); rules that involve several keys are each section's
+`check` and hybrid/config/validate.py; choices come from the registries that implement them
+(advantage estimators here, loggers in hybrid/tracking.py, losses in workers/losses.py,
+reward managers in reward/manager.py), so a name registered by a plug-in
+(`actor_rollout_ref.model.external_lib`) is valid on the command line. The yaml holds every
+default; nothing here repeats one. Values derived from several sections are computed once
+(hybrid/config/derived.py) into the worker sections' derived fields, never written back
+as keys.
 """
 
 from __future__ import annotations
@@ -20,45 +20,42 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from hybrid.config.registries import loss_agg_modes, policy_losses
-from hybrid.config.schema_algorithm import (
-    AlgorithmConfig,
-    FilterGroupsConfig,
-    KLControlConfig,
-    RolloutCorrectionConfig,
-    TrainerConfig,
+from hybrid.core_algos import ADV_ESTIMATOR_REGISTRY
+from hybrid.tracking import SUPPORTED_BACKENDS
+from protocol.config_schema import (
+    Annotated,
+    AsList,
+    Fixed,
+    Fraction,
+    NonNegative,
+    OneOf,
+    OptionalPositiveInt,
+    Paths,
+    Positive,
+    PositiveInt,
+    Problems,
+    fmt,
 )
-from hybrid.config.schema_critic_reward import (
-    OVERLONG,
-    OVERLONG_KEYS,
-    OVERLONG_VERL,
+from reward.config import CustomRewardFunctionConfig
+from workers.config import (
+    ActorRolloutRefConfig,
     CriticConfig,
-    CriticModelConfig,
-    CustomRewardFunctionConfig,
-    RewardModelConfig,
-    RewardModelModelConfig,
-    fold_overlong_spellings,
-)
-from hybrid.config.schema_fields import FSDP, MIXED_PRECISION, NO_COMPILE, OptionalPositiveInt, Paths, PositiveInt, _ok
-from hybrid.config.schema_models import (
-    ActorOptimConfig,
-    CheckpointConfig,
-    FSDPConfig,
-    FusedKernelOptions,
-    HFModelConfig,
-    ModelConfig,
-    OptimConfig,
-    TrainFSDPConfig,
-    WrapPolicyConfig,
-)
-from hybrid.config.schema_profiling import (
-    PROFILER_TOOL,
     GlobalProfilerConfig,
-    ProfilerConfig,
-    ProfilerToolConfig,
-    TorchProfilerToolConfig,
+    RewardModelConfig,
+    RolloutCorrectionConfig,
 )
-from hybrid.config.typed import Annotated, AsList, AtLeast, Fixed, Fraction, NonNegative, OneOf, Positive, Problems, fmt
+
+
+# Choices read from the registries when a config is checked (a plug-in may add names).
+# Named functions, not lambdas: typing.get_type_hints evaluates annotations with the
+# class's namespace as globals, where a lambda could not see this module's names.
+def _adv_estimators() -> tuple[str, ...]:
+    return tuple(ADV_ESTIMATOR_REGISTRY)
+
+
+def _loggers() -> tuple[str, ...]:
+    return tuple(SUPPORTED_BACKENDS)
+
 
 # ---------------------------------------------------------------- data
 
@@ -108,192 +105,84 @@ class DataConfig:
             )
 
 
-# ---------------------------------------------------------------- actor, rollout, reference
+# ---------------------------------------------------------------- algorithm and trainer
 
 
 @dataclass(frozen=True)
-class PolicyLossConfig:
-    loss_mode: Annotated[str, OneOf(policy_losses)]
-    clip_cov_ratio: float
-    clip_cov_lb: float
-    clip_cov_ub: float
-    kl_cov_ratio: float
-    ppo_kl_coef: float
-    sapo_tau_pos: float
-    sapo_tau_neg: float
+class KLControlConfig:
+    type: Annotated[str, OneOf(lambda: ("fixed", "adaptive"))]
+    kl_coef: Annotated[float, NonNegative()]
+    horizon: PositiveInt
+    target_kl: Annotated[float, Positive()]
 
 
 @dataclass(frozen=True)
-class ActorConfig:
-    strategy: Annotated[str, FSDP]
-    ppo_mini_batch_size: Annotated[int, Positive()]
-    ppo_micro_batch_size: int | None
-    ppo_micro_batch_size_per_gpu: OptionalPositiveInt
-    use_dynamic_bsz: bool
-    ppo_max_token_len_per_gpu: PositiveInt
-    grad_clip: Annotated[float, Positive()]
-    clip_ratio: Annotated[float, NonNegative()]
-    clip_ratio_low: float | None  # null: clip_ratio (verl)
-    clip_ratio_high: float | None
-    clip_ratio_c: Annotated[float, AtLeast(1, strict=True, note=" (the dual-clip bound)")]
-    loss_agg_mode: Annotated[str, OneOf(loss_agg_modes)]
-    policy_loss: PolicyLossConfig
-    entropy_coeff: float
-    use_kl_loss: bool
-    kl_loss_coef: Annotated[float, NonNegative()]
-    kl_loss_type: str
-    ppo_epochs: PositiveInt
-    shuffle: bool
-    data_loader_seed: int | None
-    use_torch_compile: Annotated[bool, NO_COMPILE]
-    tis_imp_ratio_cap: float
-    skip_old_log_prob_on_policy: bool
-    entropy_from_logits_with_chunking: bool  # both values: entropy is always chunked
-    entropy_checkpointing: bool  # true needs the fused output layer (model.use_fused_kernels not false)
-    freeze_vision_tower: Annotated[bool, Fixed((False,), "hybrid trains text-only models, which have no vision tower")]
-    use_prefix_grouper: bool | None  # null: on when rollout.n > 1 and rows are packed (workers/shared_prefix.py)
-    ulysses_sequence_parallel_size: PositiveInt  # ranks that split each sequence (workers/ulysses.py)
-    optim: ActorOptimConfig
-    fsdp_config: TrainFSDPConfig
-    checkpoint: CheckpointConfig
-    profiler: ProfilerConfig
+class PFPPOConfig:
+    """verl's PF-PPO: after GAE, the batch is resampled by weights of the sequence scores."""
+
+    reweight_method: Annotated[str, OneOf(lambda: ("pow", "max_min", "max_random"))]
+    weight_pow: float
 
 
 @dataclass(frozen=True)
-class RefConfig:
-    strategy: Annotated[str, FSDP]
-    log_prob_micro_batch_size: int | None
-    log_prob_micro_batch_size_per_gpu: OptionalPositiveInt
-    log_prob_use_dynamic_bsz: bool
-    log_prob_max_token_len_per_gpu: PositiveInt
-    use_torch_compile: Annotated[bool, NO_COMPILE]
-    entropy_from_logits_with_chunking: bool
-    entropy_checkpointing: bool
-    ulysses_sequence_parallel_size: PositiveInt  # the actor's (one worker holds both)
-    fsdp_config: FSDPConfig
-    profiler: ProfilerConfig
-
-
-@dataclass(frozen=True)
-class ValKwargsConfig:
-    top_k: Annotated[int, AtLeast(-1, note=" (-1: no top-k filter)")]
-    top_p: Annotated[float, Fraction(open_low=True)]
-    temperature: Annotated[float, NonNegative()]
-    n: PositiveInt
-    do_sample: bool
-
-
-@dataclass(frozen=True)
-class EngineKwargsConfig:
-    vllm: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class MultiTurnConfig:
+class FilterGroupsConfig:
     enable: bool
-    max_assistant_turns: OptionalPositiveInt
-    max_user_turns: OptionalPositiveInt
-    max_tokens_per_turn: OptionalPositiveInt
-    interaction_config_path: str | None
-    tool_config_path: str | None
-    max_tool_response_length: PositiveInt
-    tool_response_truncate_side: Annotated[str, OneOf(lambda: ("left", "middle", "right"))]
-    format: Annotated[str, OneOf(lambda: ("hermes",))]
-    env_class: str | None
-    env_kwargs: dict[str, Any]
-    use_conversation_multi_turn: bool
-    reward_placement: Annotated[str, OneOf(lambda: ("final", "turn"))]
-    env_workers: PositiveInt
-    env_step_timeout_s: Annotated[float, Positive()]
-    tolerate_env_errors: bool
+    metric: str
+    max_num_gen_batches: Annotated[int, NonNegative(" (0: no limit)")]
 
 
 @dataclass(frozen=True)
-class RolloutConfig:
-    name: Annotated[
-        str,
-        OneOf(
-            lambda: ("vllm", "hf"),
-            unsupported=(("sglang", "hybrid's rollout engines are in-process vLLM and Hugging Face generate"),),
-        ),
+class AlgorithmConfig:
+    gamma: Annotated[float, Fraction()]
+    lam: Annotated[float, Fraction()]
+    adv_estimator: Annotated[str, OneOf(_adv_estimators)]
+    norm_adv_by_std_in_grpo: bool
+    use_kl_in_reward: bool
+    kl_penalty: str
+    kl_ctrl: KLControlConfig
+    filter_groups: FilterGroupsConfig
+    use_pf_ppo: bool
+    pf_ppo: PFPPOConfig
+    rollout_correction: RolloutCorrectionConfig
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    balance_batch: bool
+    total_epochs: int
+    total_training_steps: OptionalPositiveInt
+    project_name: str
+    experiment_name: str
+    logger: Annotated[tuple[Annotated[str, OneOf(_loggers)], ...], AsList()]
+    log_val_generations: Annotated[int, NonNegative()]
+    nnodes: PositiveInt
+    n_gpus_per_node: PositiveInt
+    worker_group: Annotated[str, OneOf(lambda: ("auto", "ray", "local"))]
+    device: Annotated[str, OneOf(lambda: ("auto", "cuda", "cpu"))]
+    save_freq: int
+    test_freq: int
+    val_before_train: bool
+    val_only: bool
+    critic_warmup: Annotated[int, NonNegative()]
+    resume_mode: Annotated[str, OneOf(lambda: ("auto", "disable", "resume_path"))]
+    resume_from_path: str | None
+    default_local_dir: str
+    default_hdfs_dir: Annotated[
+        str | None, Fixed((None,), "hybrid writes checkpoints to trainer.default_local_dir only")
     ]
-    mode: Annotated[str, Fixed(("sync",), "hybrid generates in-process, one batch at a time (no async server mode)")]
-    temperature: Annotated[float, NonNegative()]
-    top_k: Annotated[int, AtLeast(-1, note=" (-1: no top-k filter)")]
-    top_p: Annotated[float, Fraction(open_low=True)]
-    do_sample: bool
-    min_p: Annotated[float, Fraction()]
-    repetition_penalty: Annotated[float, Positive()]
-    presence_penalty: Annotated[float, Fraction(low=-2.0, high=2.0)]
-    frequency_penalty: Annotated[float, Fraction(low=-2.0, high=2.0)]
-    stop: Annotated[tuple[str, ...] | None, AsList()]
-    stop_token_ids: tuple[Annotated[int, NonNegative()], ...] | None
-    prompt_length: PositiveInt
-    response_length: PositiveInt
-    dtype: Annotated[str, OneOf(lambda: ("auto", "bfloat16", "float16", "float32"))]
-    gpu_memory_utilization: Annotated[float, Fraction(open_low=True)]
-    cpu_kvcache_space_gb: PositiveInt  # vLLM's CPU backend takes whole GiB
-    ignore_eos: bool
-    enforce_eager: bool
-    free_cache_engine: bool
-    load_format: Annotated[
-        str,
-        OneOf(
-            lambda: ("dummy_dtensor", "dummy_hf", "dummy", "dtensor", "hf", "auto", "safetensors"),
-            unsupported=(
-                ("dummy_megatron", "hybrid trains with FSDP only"),
-                ("megatron", "hybrid trains with FSDP only"),
-            ),
-        ),
+    max_actor_ckpt_to_keep: int | None
+    max_critic_ckpt_to_keep: int | None
+    merge_on_finish: bool
+    plot_on_finish: bool
+    ray_wait_register_center_timeout: PositiveInt
+    use_legacy_worker_impl: Annotated[
+        str, Fixed(("auto",), "hybrid has one worker implementation (verl chooses between two)")
     ]
-    tensor_model_parallel_size: PositiveInt
-    max_num_batched_tokens: PositiveInt
-    max_model_len: OptionalPositiveInt
-    max_num_seqs: PositiveInt
-    enable_chunked_prefill: bool
     seed: int
-    log_prob_micro_batch_size: int | None
-    log_prob_micro_batch_size_per_gpu: OptionalPositiveInt
-    log_prob_use_dynamic_bsz: bool
-    log_prob_max_token_len_per_gpu: PositiveInt
-    n: Annotated[int, Positive()]
-    calculate_log_probs: Annotated[
-        bool,
-        Fixed(
-            (True,),
-            "the engine's log-probs are always kept as rollout_log_probs (the engine/trainer gap is logged from them)",
-        ),
-    ]
-    update_weights_bucket_megabytes: PositiveInt
-    # verl: gather the FSDP parameters layer by layer for the sync instead of all at once.
-    # Our sync always streams (workers/weight_sync.py), so both values mean the same here.
-    layered_summon: bool
-    engine_kwargs: EngineKwargsConfig
-    multi_turn: MultiTurnConfig
-    val_kwargs: ValKwargsConfig
-
-    def check(self, problems: Problems) -> None:
-        if self.name == "hf":
-            for key in ("presence_penalty", "frequency_penalty"):
-                if _ok(getattr(self, key)) and getattr(self, key) != 0:
-                    problems.add(
-                        f"actor_rollout_ref.rollout.{key}={getattr(self, key)} has no equivalent in transformers' "
-                        f"generate (rollout.name='hf'); use rollout.name=vllm or set it to 0"
-                    )
-
-
-@dataclass(frozen=True)
-class ActorRolloutRefConfig:
-    hybrid_engine: Annotated[bool, Fixed((True,), "hybrid always fuses actor, rollout and reference in one worker")]
-    model: ModelConfig
-    actor: ActorConfig
-    ref: RefConfig
-    rollout: RolloutConfig
 
     @property
-    def mini_batch_samples(self) -> int:
-        """Samples per actor mini-batch: verl's ppo_mini_batch_size counts prompts."""
-        return self.actor.ppo_mini_batch_size * self.rollout.n
+    def world_size(self) -> int:
+        return self.nnodes * self.n_gpus_per_node
 
 
 # ---------------------------------------------------------------- the whole configuration
@@ -339,6 +228,3 @@ class HybridConfig:
         actor = replace(arr.actor, optim=fill(arr.actor.optim))
         critic = replace(self.critic, optim=fill(self.critic.optim))
         return replace(self, actor_rollout_ref=replace(arr, actor=actor), critic=critic)
-
-
-__all__ = [name for name in dir() if name.endswith("Config")]

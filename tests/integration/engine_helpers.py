@@ -15,11 +15,15 @@ PROMPTS = [
 ]
 
 
-def engine_config(model_dir: str, *extra: str, n: int = 2, response_length: int = 12):
-    """The typed config (HybridConfig) of a tiny-model job; workers get its sections."""
+def engine_config(model_dir: str, *extra: str, n: int = 2, response_length: int = 12, ranks: int = 1):
+    """The typed config (HybridConfig) of a tiny-model job on `ranks` ranks; workers get its
+    sections. Updates take old log-probs from the batch (the tests run that pass themselves);
+    a test of the on-policy path sets actor.skip_old_log_prob_on_policy=true."""
     from hybrid.config import build_config
 
     overrides = [
+        f"trainer.n_gpus_per_node={ranks}",
+        "actor_rollout_ref.actor.skip_old_log_prob_on_policy=false",
         f"actor_rollout_ref.model.path={model_dir}",
         f"actor_rollout_ref.rollout.n={n}",
         f"data.max_response_length={response_length}",

@@ -29,13 +29,12 @@ def _critic_update(tiny_model_dir, batch, *overrides, ray_ranks: int | None = No
     from hybrid.controller.ray_worker_group import RayResourcePool, RayWorkerGroup
     from workers.critic_worker import CriticWorker
 
-    cfg = engine_config(tiny_model_dir, *CRITIC, *overrides)
-    n = cfg.actor_rollout_ref.rollout.n
+    cfg = engine_config(tiny_model_dir, *CRITIC, *overrides, ranks=ray_ranks or 1)
     if ray_ranks is None:
-        group = LocalWorkerGroup(CriticWorker, cfg.critic, rollout_n=n, name="critic")
+        group = LocalWorkerGroup(CriticWorker, cfg.critic, name="critic")
     else:
         pool = RayResourcePool(nnodes=1, slots_per_node=ray_ranks, use_gpu=False)
-        group = RayWorkerGroup(pool, CriticWorker, cfg.critic, rollout_n=n, name=f"critic{ray_ranks}")
+        group = RayWorkerGroup(pool, CriticWorker, cfg.critic, name=f"critic{ray_ranks}")
     group.init_model()
     values = group.compute_values(batch).batch["values"]
     data = batch.select(deepcopy=True)
@@ -84,7 +83,7 @@ def test_critic_micro_batching_modes_match(tiny_model_dir, batch, reference, ove
 def test_critic_mini_batches_count_prompts(tiny_model_dir, batch):
     # 4 prompts x n=2 = 8 samples; ppo_mini_batch_size=2 prompts -> 4 samples -> 2 optimizer steps
     group, _, metrics, _ = _critic_update(tiny_model_dir, batch, "critic.ppo_mini_batch_size=2")
-    assert group.worker.mini_batch_samples == 4
+    assert group.worker.config.mini_batch_samples_per_rank == 4
     scheduler_steps = group.worker.critic.lr_scheduler.last_epoch
     assert scheduler_steps == 1  # one scheduler step per update call, whatever the number of minis
     assert metrics["critic/lr"] == pytest.approx(1e-3)
@@ -99,7 +98,7 @@ def test_critic_sequence_parallel_matches_one_rank(tiny_model_dir, batch, refere
     ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
     try:
         group, values, metrics, after = _critic_update(
-            tiny_model_dir, batch, "critic.ulysses_sequence_parallel_size=2", "trainer.n_gpus_per_node=2", ray_ranks=2
+            tiny_model_dir, batch, "critic.ulysses_sequence_parallel_size=2", ray_ranks=2
         )
         group.shutdown()
     finally:

@@ -79,7 +79,7 @@ CASES = {
 
 @pytest.mark.parametrize("case", ["hf_unbalanced_dynamic_bsz", pytest.param("vllm", marks=pytest.mark.slow)])
 def test_two_ranks_with_uneven_trajectories(case, ray_session, tiny_model_dir, uneven_files, tmp_path, monkeypatch):
-    from hybrid.trainer import PPOTrainer
+    from hybrid.rollouts import Rollouts
 
     cfg = run_config(
         tiny_model_dir,
@@ -101,14 +101,14 @@ def test_two_ranks_with_uneven_trajectories(case, ray_session, tiny_model_dir, u
     )
     assert cfg.actor_rollout_ref.actor.fsdp_config.mixed_precision == "fp32"
     generated = []
-    generate = PPOTrainer._generate
+    generate = Rollouts.generate
 
     def recording(self, gen_batch):
         out = generate(self, gen_batch)
         generated.append(out)
         return out
 
-    monkeypatch.setattr(PPOTrainer, "_generate", recording)
+    monkeypatch.setattr(Rollouts, "generate", recording)
     out = train(cfg)
 
     assert out["result"]["steps"] == 2

@@ -26,7 +26,7 @@ def arithmetic_files(tmp_path_factory):
 
 
 def test_one_grpo_step_and_validation_with_an_environment(tiny_model_dir, arithmetic_files, tmp_path, monkeypatch):
-    from hybrid.trainer import PPOTrainer
+    from hybrid.rollouts import Rollouts
 
     cfg = run_config(
         tiny_model_dir,
@@ -42,7 +42,7 @@ def test_one_grpo_step_and_validation_with_an_environment(tiny_model_dir, arithm
         f"{MT}.max_tokens_per_turn=4",
     )
     seen = {}
-    rollout_and_score = PPOTrainer._rollout_and_score
+    rollout_and_score = Rollouts.rollout_and_score
 
     def recording(self, batch, timing):
         batch, extra = rollout_and_score(self, batch, timing)
@@ -50,7 +50,7 @@ def test_one_grpo_step_and_validation_with_an_environment(tiny_model_dir, arithm
         seen["turns"] = list(batch.non_tensor_batch["multi_turn_turns"])
         return batch, extra
 
-    monkeypatch.setattr(PPOTrainer, "_rollout_and_score", recording)
+    monkeypatch.setattr(Rollouts, "rollout_and_score", recording)
     # Without custom_reward_function.path the built-in scorer is never asked (it would read
     # the observations as part of the answer).
     import reward.loader

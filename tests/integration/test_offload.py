@@ -102,7 +102,8 @@ def test_actor_rollout_ref_state_is_on_the_host_between_calls(tiny_model_dir, to
     assert _all_on_host(placement, *state)
     ref_lp = group.compute_ref_log_prob(batch)
     assert _all_on_host(placement, *state)
-    batch = batch.union(DataProto.from_dict(tensors={"ref_log_prob": ref_lp.batch["ref_log_prob"]}))
+    tensors = {"ref_log_prob": ref_lp.batch["ref_log_prob"], "old_log_probs": old.batch["old_log_probs"]}
+    batch = batch.union(DataProto.from_dict(tensors=tensors))
     group.update_actor(batch)
     assert optimizer.state, "the update did not step the optimizer"
     assert _all_on_host(placement, *state)
@@ -124,7 +125,7 @@ def test_critic_state_is_on_the_host_between_calls(tiny_model_dir, tokenizer, mo
 
     placement = Placement(monkeypatch)
     cfg = engine_config(tiny_model_dir, *OFFLOAD)
-    group = LocalWorkerGroup(CriticWorker, cfg.critic, rollout_n=cfg.actor_rollout_ref.rollout.n, name="critic")
+    group = LocalWorkerGroup(CriticWorker, cfg.critic, name="critic")
     group.init_model()
     module, optimizer = group.worker.module, group.worker.critic.optimizer
     assert _all_on_host(placement, module, optimizer)

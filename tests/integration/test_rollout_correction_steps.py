@@ -30,29 +30,29 @@ def _actor(cfg):
 
 def test_in_update_weights_match_the_separate_pass(tiny_model_dir, tokenizer):
     """Sequence IS, decoupled: computed per micro-batch from the update's own forward
-    ("micro", no old log-prob pass) or once from the pass's old log-probs ("batch"), the loss,
-    the gradient and the metrics agree. lr=0 keeps the weights, so one actor runs both."""
-    cfg = engine_config(
-        tiny_model_dir,
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
-        "actor_rollout_ref.actor.optim.lr=0",
-        RC + "rollout_is=sequence",
-        RC + "rollout_is_threshold=1.5",
-    )
+    ("micro", no old log-prob pass: on_policy_update) or once from the pass's old log-probs
+    ("batch"), the loss, the gradient and the metrics agree. lr=0 keeps the weights, and the
+    three actors (on-policy, with the pass, no correction) start from the same seed."""
+    base = ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "actor_rollout_ref.actor.optim.lr=0")
+    correction = (RC + "rollout_is=sequence", RC + "rollout_is_threshold=1.5")
+    skip = "actor_rollout_ref.actor.skip_old_log_prob_on_policy="
+    cfg = engine_config(tiny_model_dir, *base, *correction, skip + "true")
+    assert cfg.actor_rollout_ref.actor.on_policy_update
     group = _actor(cfg)
     batch = synthetic_rollout(tokenizer, n=2)
-    batch.meta_info["rollout_correction"] = cfg.algorithm.rollout_correction
     old = group.compute_log_prob(batch).batch["old_log_probs"]
     mask = batch.batch["response_mask"]
     gen = torch.Generator().manual_seed(1)
     rollout = (old + 0.05 * torch.randn(old.shape, generator=gen)) * mask  # a slightly different engine
     on_policy = batch.union(DataProto.from_dict(tensors={"rollout_log_probs": rollout}))
     micro = group.update_actor(on_policy).meta_info["metrics"]
+    group.shutdown()
+    group = _actor(engine_config(tiny_model_dir, *base, *correction, skip + "false"))
     with_pass = on_policy.select(deepcopy=True).union(DataProto.from_dict(tensors={"old_log_probs": old}))
     whole = group.update_actor(with_pass).meta_info["metrics"]
-    plain_batch = on_policy.select(deepcopy=True)
-    plain_batch.meta_info.pop("rollout_correction")
-    plain = group.update_actor(plain_batch).meta_info["metrics"]
+    group.shutdown()
+    group = _actor(engine_config(tiny_model_dir, *base, skip + "true"))
+    plain = group.update_actor(on_policy.select(deepcopy=True)).meta_info["metrics"]
     group.shutdown()
     assert abs(plain["actor/pg_loss"] - micro["actor/pg_loss"]) > 1e-4  # the weights did something
     assert not any(k.startswith("rollout_corr/") for k in plain)

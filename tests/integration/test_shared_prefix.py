@@ -13,8 +13,9 @@ import torch
 import torch.nn.functional as F
 
 from workers.actor import DataParallelPPOActor
+from workers.config.batching import MicroBatching
 from workers.critic import forward_values
-from workers.micro_batch import MicroBatching, micro_batches, pack_for_responses
+from workers.micro_batch import micro_batches, pack_for_responses
 from workers.packed_attention import register_packed_attention
 from workers.shared_prefix import prompt_groups
 
@@ -194,7 +195,16 @@ def _update(model, batch: dict, share: bool, *overrides: str):
             *overrides,
         ]
     ).actor_rollout_ref.actor
-    cfg = dataclasses.replace(cfg, ppo_max_token_len_per_gpu=40)  # below what validation allows: more micro-batches
+    # A token budget below what validation allows (more micro-batches); the derived fields the
+    # driver fills: old log-probs given, one rank, 5 rows per optimizer step.
+    cfg = dataclasses.replace(
+        cfg,
+        ppo_max_token_len_per_gpu=40,
+        on_policy_update=False,
+        rollout_n=1,
+        data_parallel_size=1,
+        ppo_mini_batch_size=5,
+    )
     gen = torch.Generator().manual_seed(5)
     rows, response_len = batch["responses"].shape
     tensors = {
@@ -206,7 +216,7 @@ def _update(model, batch: dict, share: bool, *overrides: str):
     start = {n: p.detach().clone() for n, p in model.named_parameters()}
     optimizer = torch.optim.SGD(model.parameters(), lr=1000.0)
     actor = DataParallelPPOActor(model, True, cfg, optimizer, share_prompts=share)
-    metrics = actor.update_policy(DataProto.from_dict(tensors=tensors), temperature=0.7, mini_batch_size=5)
+    metrics = actor.update_policy(DataProto.from_dict(tensors=tensors), temperature=0.7)
     after = {n: p.detach().clone() for n, p in model.named_parameters()}
     with torch.no_grad():
         for n, p in model.named_parameters():

@@ -59,7 +59,7 @@ def _assert_ray_group_matches(group, batch, local_result) -> None:
 
 @pytest.mark.parametrize("ranks", [1, 2])
 def test_ray_group_matches_in_process(ray_cluster, tiny_model_dir, batch, local_result, ranks):
-    cfg = engine_config(tiny_model_dir, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2")
+    cfg = engine_config(tiny_model_dir, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", ranks=ranks)
     group = actor_group(cfg, ranks)
     _assert_ray_group_matches(group, batch, local_result)
 
@@ -87,7 +87,12 @@ def test_micro_batching_modes_match(tiny_model_dir, batch, local_result, overrid
 def test_on_policy_update_without_old_log_probs_matches(tiny_model_dir, batch, local_result):
     """Skipping the old log-prob pass (one optimizer step per batch) gives the same update,
     and the update itself reports entropy and the engine/trainer gap."""
-    cfg = engine_config(tiny_model_dir, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2")
+    cfg = engine_config(
+        tiny_model_dir,
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+        "actor_rollout_ref.actor.skip_old_log_prob_on_policy=true",
+    )
+    assert cfg.actor_rollout_ref.actor.on_policy_update
     group = actor_group(cfg, None)
     ref_before, ref_metrics, ref_after = local_result
     mask = batch.batch["response_mask"].bool()
@@ -114,7 +119,7 @@ def test_killed_worker_raises_naming_it(ray_cluster, tiny_model_dir, batch):
 
     from hybrid.controller.ray_worker_group import WorkerFailedError
 
-    cfg = engine_config(tiny_model_dir)
+    cfg = engine_config(tiny_model_dir, ranks=2)
     group = actor_group(cfg, 2)
     try:
         ray.kill(group.workers[1], no_restart=True)

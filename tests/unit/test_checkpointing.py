@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from hybrid.checkpointing import (
+from hybrid.checkpoint_folders import (
     apply_retention,
     checkpoint_problem,
     latest_checkpoint,

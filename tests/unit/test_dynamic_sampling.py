@@ -1,4 +1,4 @@
-"""DAPO dynamic sampling in PPOTrainer: groups whose metric does not vary are dropped,
+"""DAPO dynamic sampling (hybrid/rollouts.py): groups whose metric does not vary are dropped,
 more batches are generated until the batch is full, and a run that can never fill a
 batch stops with a message instead of looping forever."""
 
@@ -9,12 +9,12 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from hybrid.trainer import PPOTrainer
+from hybrid.rollouts import Rollouts
 from protocol import DataProto
 
 
-def _trainer(max_num_gen_batches: int, train_batch_size: int = 2, n: int = 2) -> PPOTrainer:
-    trainer = PPOTrainer.__new__(PPOTrainer)
+def _trainer(max_num_gen_batches: int, train_batch_size: int = 2, n: int = 2) -> Rollouts:
+    trainer = Rollouts.__new__(Rollouts)
     trainer.config = OmegaConf.create(
         {
             "algorithm": {
@@ -48,10 +48,10 @@ def _run(trainer, generated: list[DataProto]):
         calls.append(prompts)
         return queue.pop(0), {}
 
-    trainer._rollout_and_score = rollout_and_score
+    trainer.rollout_and_score = rollout_and_score
     metrics: dict = {}
     prompts = iter([object() for _ in generated])
-    return trainer._filtered_batch(prompts, {}, metrics), metrics, calls
+    return trainer.filtered_batch(prompts, {}, metrics), metrics, calls
 
 
 def test_keeps_varying_groups_and_generates_until_full():

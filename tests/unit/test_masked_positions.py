@@ -16,6 +16,7 @@ equal those of the same model tokens packed contiguously (the single-turn layout
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from types import SimpleNamespace
@@ -23,9 +24,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from hybrid.config.registries import kl_kinds, loss_agg_modes, policy_losses
+from hybrid.config.rules import kl_kinds
 from protocol.data_proto import DataProto
 from workers.losses import (
+    AGG_LOSS_MODES,
+    POLICY_LOSS_REGISTRY,
     agg_loss,
     compute_value_loss,
     entropy_from_logits,
@@ -50,8 +53,8 @@ P = 3  # prompt length
 TEMPERATURE = 0.7
 GARBAGE = 1e4
 
-ALL_POLICY_LOSSES = policy_losses()
-ALL_AGG_MODES = loss_agg_modes()
+ALL_POLICY_LOSSES = tuple(POLICY_LOSS_REGISTRY)
+ALL_AGG_MODES = tuple(AGG_LOSS_MODES)
 ALL_KL_KINDS = kl_kinds() + tuple(k + "+" for k in kl_kinds())  # "+": straight-through k2 gradient
 
 
@@ -268,29 +271,32 @@ def actor_data(batch: dict, on_policy: bool, bypass: bool = False) -> DataProto:
     return DataProto.from_dict(tensors=tensors)
 
 
-def run_update(batch: dict, cfg, on_policy: bool, correction=None, mini_batch_size: int = B, packed: bool = False):
+def run_update(batch: dict, cfg, on_policy: bool, mini_batch_size: int = B, packed: bool = False):
     """One `update_policy` call on the stand-in model (SGD, lr 0.1): the metrics, the summed
-    gradient of every backward pass, and the table after the optimizer steps."""
+    gradient of every backward pass, and the table after the optimizer steps. The derived
+    fields the driver's config fills are set for this batch: one response per row, one rank,
+    `mini_batch_size` rows per optimizer step, on-policy (no old log-probs) or not."""
     from workers.actor import DataParallelPPOActor
 
+    cfg = dataclasses.replace(
+        cfg, on_policy_update=on_policy, rollout_n=1, data_parallel_size=1, ppo_mini_batch_size=mini_batch_size
+    )
     torch.manual_seed(0)
     model = LogitsTable(batch["logits"])
     grads = []
     model.table.register_hook(lambda g: grads.append(g.clone()))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     actor = DataParallelPPOActor(model, use_remove_padding=packed, config=cfg, optimizer=optimizer)
-    data = actor_data(batch, on_policy, bypass=correction is not None and correction.bypass_mode)
-    if correction is not None:
-        data.meta_info["rollout_correction"] = correction
-    metrics = actor.update_policy(data, TEMPERATURE, mini_batch_size)
+    data = actor_data(batch, on_policy, bypass=cfg.correction is not None and cfg.correction.bypass)
+    metrics = actor.update_policy(data, TEMPERATURE)
     assert grads, "no backward pass ran"
     return metrics, torch.stack(grads).sum(0), model.table.detach().clone()
 
 
-def check_update(cfg, on_policy: bool, correction=None, mini_batch_size: int = B, packed: bool = False) -> dict:
+def check_update(cfg, on_policy: bool, mini_batch_size: int = B, packed: bool = False) -> dict:
     clean_batch, dirty_batch = make_batch(garbage=False), make_batch(garbage=True)
-    clean, clean_grad, clean_after = run_update(clean_batch, cfg, on_policy, correction, mini_batch_size, packed)
-    dirty, dirty_grad, dirty_after = run_update(dirty_batch, cfg, on_policy, correction, mini_batch_size, packed)
+    clean, clean_grad, clean_after = run_update(clean_batch, cfg, on_policy, mini_batch_size, packed)
+    dirty, dirty_grad, dirty_after = run_update(dirty_batch, cfg, on_policy, mini_batch_size, packed)
     assert_same(clean, dirty, "update_policy metrics")
     hole = _mask() == 0
     assert torch.count_nonzero(dirty_grad[:, :-1][hole]) == 0
@@ -382,9 +388,7 @@ CORRECTIONS = {
 def test_rollout_correction_ignores_masked_garbage(name, agg):
     overrides = [f"algorithm.rollout_correction.{o}" for o in CORRECTIONS[name]]
     config = actor_config(f"actor_rollout_ref.actor.loss_agg_mode={agg}", *overrides)
-    metrics = check_update(
-        config.actor_rollout_ref.actor, on_policy=False, correction=config.algorithm.rollout_correction
-    )
+    metrics = check_update(config.actor_rollout_ref.actor, on_policy=False)
     corr = {k for k in metrics if k.startswith("rollout_corr/")}
     assert {"rollout_corr/kl", "rollout_corr/rollout_is_mean"} <= corr, sorted(corr)
     assert any(k.startswith("rollout_corr/rollout_rs_") for k in corr), sorted(corr)

@@ -428,7 +428,10 @@ def test_config_section_defaults_and_refusals():
     assert RC.CorrectionSettings.from_config(rc, -1) is None  # the default job: nothing applied
     key = "algorithm.rollout_correction."
     ok = build_config([key + "rollout_rs='token_k1,seq_max_k2'", key + "rollout_rs_threshold='0.5_2.0,3'"])
-    assert ok.algorithm.rollout_correction.reads_old_log_probs_first
+    # Rejection needs the whole batch's old log-probs first: the driver keeps that pass.
+    actor = ok.actor_rollout_ref.actor
+    assert actor.correction.needs_whole_batch and not actor.on_policy_update
+    assert build_config([]).actor_rollout_ref.actor.on_policy_update  # the default job skips it
     with pytest.raises(ConfigError) as err:
         build_config(
             [

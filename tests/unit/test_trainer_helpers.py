@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hybrid.trainer import numeric_columns
+from hybrid.rollouts import numeric_columns
 
 
 def test_numeric_extra_info_columns_become_metrics_and_others_are_left_out():
@@ -86,7 +86,7 @@ def test_header_says_what_runs_and_where_files_go(tmp_path, capsys):
     )
     loaders = SimpleNamespace(
         train_dataloader=SimpleNamespace(dataset=range(2000)),
-        val_dataloader=SimpleNamespace(dataset=range(200)),
+        validation=SimpleNamespace(dataloader=SimpleNamespace(dataset=range(200))),
         total_training_steps=15,
     )
     print_header(config, loaders)
@@ -196,7 +196,7 @@ def test_a_steps_console_line_comes_before_its_checkpoint_messages(tmp_path, cap
     trainer = object.__new__(PPOTrainer)  # the end of a step only: no workers, no data
     trainer.tracker = Tracking("p", "e", default_backend=["console", "file"], local_dir=tmp_path)
     trainer.actor_rollout_wg = SimpleNamespace(memory_stats=lambda: [{"rss_gb": 1.0}])
-    trainer.global_steps, trainer.history = 30, []
+    trainer.state, trainer.history = SimpleNamespace(global_step=30), []
 
     def after_step(metrics):  # what a due save at the last step prints and records
         print("checkpoint: saved global_step_30 in 3.17 s")
@@ -225,7 +225,7 @@ def test_checkpoint_lines_start_on_a_line_of_their_own_under_the_progress_bar(ca
 
     from tqdm import tqdm
 
-    from hybrid.checkpointing import say
+    from hybrid.checkpoint_folders import say
 
     bar = tqdm(total=30, desc="training", file=sys.stdout, ascii=True)  # one terminal: bar and lines share it
     bar.update(29)

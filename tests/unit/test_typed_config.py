@@ -12,7 +12,28 @@ from pathlib import Path
 import pytest
 
 from hybrid.config import ConfigError, HybridConfig, build_config, load_config
-from hybrid.config.registries import REGISTRIES
+from hybrid.core_algos import ADV_ESTIMATOR_REGISTRY
+from hybrid.tracking import SUPPORTED_BACKENDS
+from reward.manager import REWARD_MANAGER_REGISTRY
+from workers.losses import AGG_LOSS_MODES, POLICY_LOSS_REGISTRY
+
+
+def _kl_kinds():
+    from hybrid.config.rules import kl_kinds
+
+    return kl_kinds()
+
+
+# Each choice key and the registry that implements it (read when called: plug-ins add names).
+REGISTRIES = {
+    "algorithm.adv_estimator": lambda: tuple(ADV_ESTIMATOR_REGISTRY),
+    "actor_rollout_ref.actor.policy_loss.loss_mode": lambda: tuple(POLICY_LOSS_REGISTRY),
+    "actor_rollout_ref.actor.loss_agg_mode": lambda: tuple(AGG_LOSS_MODES),
+    "actor_rollout_ref.actor.kl_loss_type": _kl_kinds,
+    "algorithm.kl_penalty": _kl_kinds,
+    "reward_model.reward_manager": lambda: tuple(REWARD_MANAGER_REGISTRY),
+    "trainer.logger": lambda: tuple(SUPPORTED_BACKENDS),
+}
 
 REPO = Path(__file__).resolve().parents[2]
 ARR = "actor_rollout_ref"
@@ -46,7 +67,8 @@ def test_derived_values_are_properties_not_keys():
             "data.train_batch_size=8",
         ]
     )
-    assert config.actor_rollout_ref.mini_batch_samples == 12
+    assert config.actor_rollout_ref.actor.mini_batch_samples == 12
+    assert config.actor_rollout_ref.actor.mini_batch_samples_per_rank == 12
     assert config.world_size == 1
     assert config.use_critic is False and config.use_reference_policy is False
     assert build_config(["algorithm.adv_estimator=gae"]).use_critic is True
@@ -93,9 +115,10 @@ def test_literal_choices_exist_where_they_are_implemented():
     """Choices the config lists itself (not from a registry) are each accepted by the code."""
     import torch
 
-    from hybrid.config.schema import DataConfig, OptimConfig
-    from hybrid.config.typed import OneOf, section_fields
+    from hybrid.config.schema import DataConfig
     from hybrid.data import TRUNCATION_MODES
+    from protocol.config_schema import OneOf, section_fields
+    from workers.config import OptimConfig
     from workers.fsdp_utils import build_lr_scheduler
 
     def choices(cls, name):

@@ -10,8 +10,9 @@ import pytest
 import torch
 
 import workers.fsdp_utils as fsdp_utils
-from workers.micro_batch import MicroBatching, micro_batch_indices
-from workers.optimizer_step import mini_batch_samples_per_rank
+from workers.config import mini_batch_samples_per_rank
+from workers.config.batching import MicroBatching
+from workers.micro_batch import micro_batch_indices
 from workers.roles import Role
 
 
@@ -99,6 +100,6 @@ def test_on_device_puts_state_back_when_the_call_raises(monkeypatch):
 def test_prompt_once_packing_is_on_by_default_where_rows_are_packed_and_prompts_repeat(
     setting, n, remove_padding, shared
 ):
-    from workers.shared_prefix import shares_prompts
+    from workers.config import shares_prompts
 
     assert shares_prompts(setting, n, remove_padding) is shared

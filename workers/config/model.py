@@ -1,17 +1,20 @@
-"""The schema's building blocks for a model a role loads (hybrid/config/schema.py): its
-FSDP sharding, optimizer, checkpoint contents and Hugging Face model folder (the actor's
-ModelConfig with its LoRA and fused-kernel keys)."""
+"""The sections of a model a worker loads: its FSDP sharding, optimizer, checkpoint contents
+and Hugging Face model folder (the actor's `actor_rollout_ref.model`, with its LoRA and
+fused-kernel keys; the critic's model extends the plain folder)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from hybrid.config.registries import checkpoint_contents
-from hybrid.config.schema_fields import MIXED_PRECISION, _ok
-from hybrid.config.typed import Annotated, Fixed, Fraction, NonNegative, OneOf, Positive, Problems, fmt
+from protocol.config_schema import Annotated, Fixed, Fraction, NonNegative, OneOf, Positive, Problems, fmt, valid
+from workers.config.fields import MIXED_PRECISION
 
-# ---------------------------------------------------------------- models, sharding, optimizers
+
+def checkpoint_contents() -> tuple[str, ...]:
+    from workers.checkpoint import CONTENTS
+
+    return tuple(CONTENTS)
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,7 @@ class OptimConfig:
         return self.lr_scheduler_type or self.warmup_style
 
     def check(self, prefix: str, problems: Problems) -> None:
-        if _ok(self.betas) and (len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas)):
+        if valid(self.betas) and (len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas)):
             problems.add(f"{prefix}.betas={fmt(self.betas)} must be two numbers in [0, 1): [beta1, beta2]")
 
 
@@ -127,7 +130,7 @@ class ModelConfig(HFModelConfig):
 
     def check(self, problems: Problems) -> None:
         """A saved adapter must be a peft LoRA folder whose rank agrees with lora_rank (0: take the adapter's)."""
-        if self.lora_adapter_path is None or not _ok(self.lora_adapter_path, self.lora_rank):
+        if self.lora_adapter_path is None or not valid(self.lora_adapter_path, self.lora_rank):
             return
         from workers.lora import adapter_folder_problem
 

@@ -1,14 +1,12 @@
-"""The schema's profiler sections (hybrid/config/schema.py): each role's `profiler`
-and the top-level `global_profiler`."""
+"""The profiler sections: each role's `profiler` and the top-level `global_profiler`, which
+workers/profiling.py reads on each rank."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from hybrid.config.typed import Annotated, Fixed, NonNegative, OneOf, Positive, Problems
-
-# ---------------------------------------------------------------- profiling
+from protocol.config_schema import Annotated, Fixed, NonNegative, OneOf, Positive, Problems
 
 
 def _profiler_tools() -> tuple[str, ...]:

@@ -1,12 +1,16 @@
-"""Turning a composed config tree into frozen dataclasses, collecting every problem.
+"""How a config section is declared and checked: the language of the typed config.
 
-The section classes (hybrid/config/schema.py) declare each key once: its type, and with
-`typing.Annotated` the constraint on its value (`Positive`, `NonNegative`, `Fraction`,
-`Range`, `OneOf`). `build_section` walks a plain container (the resolved yaml tree) against
-a class, records one line per bad value, unknown key or missing key, and still builds the
-object (a bad value is stored as INVALID) so that the cross-key checks of every section
-run too and the user sees every problem at once. The yaml is the one place defaults live:
-no field here has a default.
+The driver's config (hybrid/config) composes sections that each owner declares: the
+workers theirs (workers/config), the reward package its own (reward/config.py). A section is
+a frozen dataclass whose fields are the yaml's keys: its type, and with `typing.Annotated`
+the constraint on its value (`Positive`, `NonNegative`, `Fraction`, `Range`, `OneOf`,
+`Fixed`). `build_section` walks a plain container (the resolved yaml tree) against a class,
+records one line per bad value, unknown key or missing key, and still builds the object (a
+bad value is stored as INVALID) so that the cross-key checks of every section run too and
+the user sees every problem at once. The yaml is the one place defaults live: no key field
+has a default. A `derived()` field is not a key: the driver fills it once from other
+sections (a mini-batch in samples per rank, say) so the worker reads it instead of
+recomputing it. It lives here, below driver and workers, because both sides speak it.
 """
 
 from __future__ import annotations
@@ -20,6 +24,12 @@ from typing import Annotated, Any, Union, get_args, get_origin, get_type_hints
 
 __all__ = [
     "INVALID",
+    "OptionalPositiveInt",
+    "Paths",
+    "PositiveInt",
+    "derived",
+    "is_derived",
+    "valid",
     "Annotated",
     "AsList",
     "AtLeast",
@@ -55,6 +65,20 @@ class _Invalid:
 
 
 INVALID = _Invalid()
+
+
+def valid(*values: Any) -> bool:
+    """True when none of `values` failed its own check (cross-key rules skip those)."""
+    return all(v is not INVALID for v in values)
+
+
+def derived(default: Any = None) -> Any:
+    """A field that is not a yaml key: the driver's config fills it from other sections."""
+    return dataclasses.field(default=default, metadata={"derived": True})
+
+
+def is_derived(field: dataclasses.Field) -> bool:
+    return bool(field.metadata.get("derived"))
 
 
 @dataclass(frozen=True)
@@ -145,9 +169,9 @@ class Problems(list):
 
 
 def section_fields(cls: type) -> dict[str, Any]:
-    """Field name -> annotation (with Annotated extras) of a section class."""
+    """Key name -> annotation (with Annotated extras) of a section class; derived fields are not keys."""
     hints = get_type_hints(cls, include_extras=True)
-    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls) if not is_derived(f)}
 
 
 def section_names(cls: type) -> tuple[str, ...]:
@@ -261,7 +285,8 @@ def _first_problem(key: str, value: Any, extras: tuple, tail: str) -> str | None
                 return f"{key}={fmt(value)} must be in {bracket}{extra.low:g}, {extra.high:g}]"
         elif isinstance(extra, Fixed):
             if value not in extra.allowed:
-                return f"{key}={fmt(value)} is not supported: {extra.reason}; use {' or '.join(fmt(v) for v in extra.allowed)}"
+                allowed = " or ".join(fmt(v) for v in extra.allowed)
+                return f"{key}={fmt(value)} is not supported: {extra.reason}; use {allowed}"
         elif isinstance(extra, OneOf):
             allowed = tuple(extra.choices())
             if value not in allowed:
@@ -359,3 +384,8 @@ def build_section(cls: type, data: dict, prefix: str, problems: Problems, interp
             hint = f"did you mean {prefix + '.' if prefix else ''}{near[0]}?" if near else "`--cfg job` lists the keys"
             problems.add(f"{key}: hybrid has no such key and would ignore it; {hint}")
     return cls(**values)
+
+
+PositiveInt = Annotated[int, Positive()]
+OptionalPositiveInt = Annotated[int | None, Positive()]
+Paths = str | tuple[str, ...]

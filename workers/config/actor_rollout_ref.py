@@ -1,0 +1,22 @@
+"""The fused worker's section, `actor_rollout_ref`: the model folder, the actor, the
+reference policy and the rollout, which one worker per device holds together."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from protocol.config_schema import Annotated, Fixed
+from workers.config.actor import ActorConfig, RefConfig
+from workers.config.model import ModelConfig
+from workers.config.rollout import RolloutConfig
+
+
+@dataclass(frozen=True)
+class ActorRolloutRefConfig:
+    """`actor_rollout_ref`: what the fused worker (workers/actor_rollout_ref_worker.py) gets."""
+
+    hybrid_engine: Annotated[bool, Fixed((True,), "hybrid always fuses actor, rollout and reference in one worker")]
+    model: ModelConfig
+    actor: ActorConfig
+    ref: RefConfig
+    rollout: RolloutConfig

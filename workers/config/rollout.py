@@ -1,0 +1,134 @@
+"""The rollout's section (`actor_rollout_ref.rollout`): which engine, how it samples
+(workers/rollout/base.sampling_settings reads these), its memory and batch limits, the
+multi-turn loop's settings and validation's sampling."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from protocol.config_schema import (
+    Annotated,
+    AsList,
+    AtLeast,
+    Fixed,
+    Fraction,
+    NonNegative,
+    OneOf,
+    OptionalPositiveInt,
+    Positive,
+    PositiveInt,
+    Problems,
+    valid,
+)
+from workers.config.batching import LogProbBatching
+
+
+@dataclass(frozen=True)
+class ValKwargsConfig:
+    top_k: Annotated[int, AtLeast(-1, note=" (-1: no top-k filter)")]
+    top_p: Annotated[float, Fraction(open_low=True)]
+    temperature: Annotated[float, NonNegative()]
+    n: PositiveInt
+    do_sample: bool
+
+
+@dataclass(frozen=True)
+class EngineKwargsConfig:
+    vllm: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class MultiTurnConfig:
+    enable: bool
+    max_assistant_turns: OptionalPositiveInt
+    max_user_turns: OptionalPositiveInt
+    max_tokens_per_turn: OptionalPositiveInt
+    interaction_config_path: str | None
+    tool_config_path: str | None
+    max_tool_response_length: PositiveInt
+    tool_response_truncate_side: Annotated[str, OneOf(lambda: ("left", "middle", "right"))]
+    format: Annotated[str, OneOf(lambda: ("hermes",))]
+    env_class: str | None
+    env_kwargs: dict[str, Any]
+    use_conversation_multi_turn: bool
+    reward_placement: Annotated[str, OneOf(lambda: ("final", "turn"))]
+    env_workers: PositiveInt
+    env_step_timeout_s: Annotated[float, Positive()]
+    tolerate_env_errors: bool
+
+
+@dataclass(frozen=True)
+class RolloutConfig(LogProbBatching):
+    """`actor_rollout_ref.rollout`: the engine, its sampling settings and the multi-turn loop."""
+
+    name: Annotated[
+        str,
+        OneOf(
+            lambda: ("vllm", "hf"),
+            unsupported=(("sglang", "hybrid's rollout engines are in-process vLLM and Hugging Face generate"),),
+        ),
+    ]
+    mode: Annotated[str, Fixed(("sync",), "hybrid generates in-process, one batch at a time (no async server mode)")]
+    temperature: Annotated[float, NonNegative()]
+    top_k: Annotated[int, AtLeast(-1, note=" (-1: no top-k filter)")]
+    top_p: Annotated[float, Fraction(open_low=True)]
+    do_sample: bool
+    min_p: Annotated[float, Fraction()]
+    repetition_penalty: Annotated[float, Positive()]
+    presence_penalty: Annotated[float, Fraction(low=-2.0, high=2.0)]
+    frequency_penalty: Annotated[float, Fraction(low=-2.0, high=2.0)]
+    stop: Annotated[tuple[str, ...] | None, AsList()]
+    stop_token_ids: tuple[Annotated[int, NonNegative()], ...] | None
+    prompt_length: PositiveInt
+    response_length: PositiveInt
+    dtype: Annotated[str, OneOf(lambda: ("auto", "bfloat16", "float16", "float32"))]
+    gpu_memory_utilization: Annotated[float, Fraction(open_low=True)]
+    cpu_kvcache_space_gb: PositiveInt  # vLLM's CPU backend takes whole GiB
+    ignore_eos: bool
+    enforce_eager: bool
+    free_cache_engine: bool
+    load_format: Annotated[
+        str,
+        OneOf(
+            lambda: ("dummy_dtensor", "dummy_hf", "dummy", "dtensor", "hf", "auto", "safetensors"),
+            unsupported=(
+                ("dummy_megatron", "hybrid trains with FSDP only"),
+                ("megatron", "hybrid trains with FSDP only"),
+            ),
+        ),
+    ]
+    tensor_model_parallel_size: PositiveInt
+    max_num_batched_tokens: PositiveInt
+    max_model_len: OptionalPositiveInt
+    max_num_seqs: PositiveInt
+    enable_chunked_prefill: bool
+    seed: int
+    log_prob_micro_batch_size: int | None
+    log_prob_micro_batch_size_per_gpu: OptionalPositiveInt
+    log_prob_use_dynamic_bsz: bool
+    log_prob_max_token_len_per_gpu: PositiveInt
+    n: Annotated[int, Positive()]
+    calculate_log_probs: Annotated[
+        bool,
+        Fixed(
+            (True,),
+            "the engine's log-probs are always kept as rollout_log_probs (the engine/trainer gap is logged from them)",
+        ),
+    ]
+    update_weights_bucket_megabytes: PositiveInt
+    # verl: gather the FSDP parameters layer by layer for the sync instead of all at once.
+    # Our sync always streams (workers/weight_sync.py), so both values mean the same here.
+    layered_summon: bool
+    engine_kwargs: EngineKwargsConfig
+    multi_turn: MultiTurnConfig
+    val_kwargs: ValKwargsConfig
+
+    def check(self, problems: Problems) -> None:
+        if self.name == "hf":
+            for key in ("presence_penalty", "frequency_penalty"):
+                if valid(getattr(self, key)) and getattr(self, key) != 0:
+                    problems.add(
+                        f"actor_rollout_ref.rollout.{key}={getattr(self, key)} has no equivalent in transformers' "
+                        f"generate (rollout.name='hf'); use rollout.name=vllm or set it to 0"
+                    )
