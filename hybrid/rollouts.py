@@ -19,6 +19,7 @@ import torch
 from hybrid.batch_ops import assign_uids, group_metric_values, kept_group_indices
 from hybrid.config import HybridConfig
 from protocol.data_proto import DataProto, pad_dataproto_to_divisor
+from workers.rollout.agent_rollout import summarize_agents
 from workers.rollout.multi_turn import summarize as summarize_multi_turn
 
 GEN_KEYS = ["input_ids", "attention_mask", "position_ids"]
@@ -40,6 +41,7 @@ class Rollouts:
         self.reward_fn = reward_fn
         self.world_size = config.world_size
         self.multi_turn = config.actor_rollout_ref.rollout.multi_turn.enable
+        self.agent_loops = config.actor_rollout_ref.rollout.mode == "async"
         self.use_rm = config.reward_model.enable
         self.actor_rollout_wg = None
         self.rm_wg = None
@@ -64,20 +66,21 @@ class Rollouts:
         return output
 
     def gen_batch(self, batch: DataProto) -> DataProto:
-        """The prompts' tensors (popped from `batch`); a multi-turn rollout also gets a copy of
-        the rows' non-tensor fields its environments read (raw_prompt, env_class, reward_model,
-        extra_info, data_source, index, ...), which stay in `batch` for the reward function."""
+        """The prompts' tensors (popped from `batch`); a multi-turn rollout or agent loops also
+        get a copy of the rows' non-tensor fields their environments and agents read
+        (raw_prompt, agent_name, env_class, reward_model, extra_info, data_source, index, ...),
+        which stay in `batch` for the reward function."""
         gen_batch = batch.pop(batch_keys=GEN_KEYS)
-        if self.multi_turn:
+        if self.multi_turn or self.agent_loops:
             gen_batch.non_tensor_batch.update(batch.non_tensor_batch)
         return gen_batch
 
     def multi_turn_metrics(self, output: DataProto) -> dict[str, float]:
-        """`multi_turn/*` of the whole batch: the workers' meta_info holds rank 0's only."""
+        """`multi_turn/*` and `agent/*` of the whole batch, from its per-sample fields: the
+        workers' meta_info holds rank 0's only."""
         output.meta_info.pop("metrics", None)
-        if not self.multi_turn:
-            return {}
-        return summarize_multi_turn(output.non_tensor_batch)
+        metrics = summarize_multi_turn(output.non_tensor_batch) if self.multi_turn else {}
+        return metrics | (summarize_agents(output.non_tensor_batch) if self.agent_loops else {})
 
     def judge(self, batch: DataProto, reward_fn) -> dict:
         """The reward function's result. With multi-turn the environments judge the rows:

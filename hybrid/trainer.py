@@ -323,8 +323,9 @@ def build_dataloaders(config, tokenizer):
     from hybrid.data import collate_fn, create_dataloader, create_rl_dataset, create_rl_sampler
 
     data = config.data
-    if config.actor_rollout_ref.rollout.multi_turn.enable:
-        # The multi-turn loop starts each trajectory from the row's chat messages (raw_prompt).
+    rollout = config.actor_rollout_ref.rollout
+    if rollout.multi_turn.enable or rollout.mode == "async":
+        # Multi-turn and agent loops start each trajectory from the row's chat messages (raw_prompt).
         data = dataclasses.replace(as_typed(config).data, return_raw_chat=True)
     train_ds = create_rl_dataset(data.train_files, data, tokenizer)
     train_dl = create_dataloader(

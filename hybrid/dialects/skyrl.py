@@ -37,7 +37,7 @@ from hybrid.dialects.skyrl_convert import (
 )
 from hybrid.dialects.skyrl_multi_turn import ENVIRONMENT_RULES, GENERATOR_RULES
 from hybrid.dialects.skyrl_trainer import TRAINER_RULES
-from hybrid.dialects.table import Dialect, choice, custom, ignore, refuse, same, translate, via
+from hybrid.dialects.table import Dialect, Refusal, choice, custom, ignore, refuse, same, translate, via
 
 # SkyRL defaults that a rule reads when a key it depends on is not given and hybrid has no
 # key for it (from SkyRL's config dataclasses).
@@ -76,6 +76,14 @@ _ENGINE_KEYS = (
     "enable_ray_prometheus_stats",
     "weight_transfer_threshold_cuda_ipc_GB",
 )
+
+
+def _http_endpoint(value: Any, ctx: Any) -> dict[str, Any]:
+    if not isinstance(value, bool):
+        raise Refusal("true or false")
+    return {f"{ROLLOUT}.agent.enable_http_endpoint": True, f"{ROLLOUT}.mode": "async"} if value else {}
+
+
 ALIASES: dict[str, str] = {
     **{f"generator.{k}": f"generator.inference_engine.{k}" for k in _ENGINE_KEYS},
     "generator.num_inference_engines": "generator.inference_engine.num_engines",
@@ -186,14 +194,18 @@ RULES = (
         accept=lambda v: not v,
         accepts="null, []",
     ),
-    refuse(
+    custom(
         "generator.inference_engine.enable_http_endpoint",
-        "hybrid's engine serves no HTTP endpoint",
-        accept=(False,),
+        (f"{ROLLOUT}.agent.enable_http_endpoint", f"{ROLLOUT}.mode"),
+        _http_endpoint,
+        "true -> agent.enable_http_endpoint=true and mode=async (the endpoint serves agent loops)",
     ),
-    ignore("generator.inference_engine.http_endpoint_host", "read only with enable_http_endpoint, which is refused"),
-    ignore("generator.inference_engine.http_endpoint_port", "read only with enable_http_endpoint, which is refused"),
-    ignore("generator.inference_engine.served_model_name", "read only with enable_http_endpoint, which is refused"),
+    same("generator.inference_engine.http_endpoint_host", f"{ROLLOUT}.agent.http_endpoint_host"),
+    same("generator.inference_engine.http_endpoint_port", f"{ROLLOUT}.agent.http_endpoint_port"),
+    ignore(
+        "generator.inference_engine.served_model_name",
+        "hybrid's endpoint serves the one policy model whatever name a request gives",
+    ),
     ignore(
         "generator.inference_engine.async_engine",
         "single-turn batched generation is the same with either engine; hybrid drives vLLM's offline engine in-process",

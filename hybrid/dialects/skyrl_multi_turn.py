@@ -131,9 +131,9 @@ def _batched(value: Any, ctx: Context) -> dict[str, Any]:
             "SkyRL's batched generation runs a single turn whatever max_turns says; give batched=false "
             "(its per-trajectory agent loop) for multi-turn"
         )
-    # false: SkyRL's agent loop per trajectory; hybrid batches each turn over all live
-    # trajectories, which gives the same samples.
-    return {}
+    # false: SkyRL's agent loop, each trajectory at its own pace: hybrid's agent loops
+    # (mode=async) in multi-turn; a single turn is one batched generate either way.
+    return {"actor_rollout_ref.rollout.mode": "async"} if not value and episodes(ctx) else {}
 
 
 def _conversation(value: Any, ctx: Context) -> dict[str, Any]:
@@ -225,11 +225,11 @@ GENERATOR_RULES = (
     ),
     custom(
         "generator.batched",
-        (),
+        ("actor_rollout_ref.rollout.mode",),
         _batched,
-        "false and true accepted; true with max_turns > 1 refused",
-        "SkyRL's batched=true generates one turn only; false is its per-trajectory agent loop, which hybrid "
-        "batches per turn over all live trajectories",
+        "false in multi-turn -> mode=async (agent loops); true with max_turns > 1 refused",
+        "SkyRL's batched=true generates one turn only; false is its per-trajectory agent loop, hybrid's "
+        "agent loops (each trajectory at its own pace)",
     ),
     custom(
         "generator.use_conversation_multi_turn",

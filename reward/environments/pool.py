@@ -3,14 +3,17 @@
 `StepPool(workers, timeout_s).run(calls)` runs the zero-argument callables on `workers`
 threads and returns one `Outcome` per call, in order: its value, the exception it raised,
 or `timed_out` when it ran longer than `timeout_s` (counted from when it started, not from
-when it was queued). Nothing can stop a Python thread, so a call past its limit is left
-running and its thread is replaced; the threads are daemons, so an environment that
+when it was queued). `await pool.call(fn)` is the same for one call from a coroutine (the
+asynchronous rollout, where each trajectory steps its environment on its own). Nothing can
+stop a Python thread, so a call past its limit is left running and its thread is
+replaced; the threads are daemons, so an environment that
 never returns neither blocks the run nor keeps the process alive at exit (a
 `concurrent.futures` pool would: its threads are joined at interpreter exit).
 """
 
 from __future__ import annotations
 
+import asyncio
 import queue
 import threading
 import time
@@ -27,13 +30,14 @@ class Outcome:
 
 
 class _Task:
-    __slots__ = ("fn", "started", "finished", "abandoned", "value", "error")
+    __slots__ = ("fn", "started", "finished", "abandoned", "value", "error", "notify")
 
-    def __init__(self, fn: Callable[[], Any]):
+    def __init__(self, fn: Callable[[], Any], notify: Callable[[str], None] | None = None):
         self.fn = fn
         self.started: float | None = None
         self.finished = self.abandoned = False
         self.value = self.error = None
+        self.notify = notify  # `call`'s hook: "started" and "finished", from the worker thread
 
 
 class StepPool:
@@ -57,8 +61,12 @@ class StepPool:
             if task is None:
                 return
             with self._cond:
+                if task.abandoned:  # its caller gave up before it started (a cancelled coroutine)
+                    continue
                 task.started = time.monotonic()
                 self._cond.notify_all()
+            if task.notify is not None:
+                task.notify("started")
             try:
                 task.value = task.fn()
             except BaseException as e:  # the caller decides what an environment's error means
@@ -66,8 +74,11 @@ class StepPool:
             with self._cond:
                 task.finished = True
                 self._cond.notify_all()
-                if task.abandoned:
-                    return  # a replacement thread has taken this one's place
+                abandoned = task.abandoned
+            if task.notify is not None:
+                task.notify("finished")
+            if abandoned:
+                return  # a replacement thread has taken this one's place
 
     def run(self, calls: list[Callable[[], Any]]) -> list[Outcome]:
         tasks = [_Task(fn) for fn in calls]
@@ -89,6 +100,35 @@ class StepPool:
                 # Workers notify when a call starts or ends; otherwise wake at the next deadline.
                 self._cond.wait(timeout=min(deadlines) if deadlines else None)
         return [Outcome(timed_out=True) if t.abandoned else Outcome(value=t.value, error=t.error) for t in tasks]
+
+    async def call(self, fn: Callable[[], Any]) -> Outcome:
+        """`fn` on a pool thread, awaited: its Outcome, with the time limit counted from when
+        it starts. A call past its limit is left running, as in `run`; a cancelled caller's
+        call is dropped when it has not started yet."""
+        loop = asyncio.get_running_loop()
+        started, finished = loop.create_future(), loop.create_future()
+
+        def notify(kind: str) -> None:
+            future = started if kind == "started" else finished
+            loop.call_soon_threadsafe(lambda: future.done() or future.set_result(None))
+
+        task = _Task(fn, notify)
+        self._queue.put(task)
+        try:
+            await started
+            left = self.timeout_s - (time.monotonic() - task.started)
+            await asyncio.wait_for(asyncio.shield(finished), max(left, 0.0))
+        except (TimeoutError, asyncio.CancelledError) as stop:
+            with self._cond:
+                if not task.finished:
+                    task.abandoned = True
+                    if task.started is not None:
+                        self._spawn()  # the stuck call keeps its thread; replace it
+            if isinstance(stop, asyncio.CancelledError):
+                raise
+            if not task.finished:
+                return Outcome(timed_out=True)
+        return Outcome(value=task.value, error=task.error)
 
     def shutdown(self) -> None:
         """End the idle threads (a thread busy past its limit ends when its call returns)."""

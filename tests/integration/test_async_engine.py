@@ -78,7 +78,7 @@ def _settings(rollout, max_tokens: int, **changes):
 
 
 def _params(rollout, max_tokens: int, **changes):
-    from workers.rollout.vllm_rollout import vllm_sampling_params
+    from workers.rollout.vllm_params import vllm_sampling_params
 
     return vllm_sampling_params(_settings(rollout, max_tokens, **changes))
 

@@ -113,14 +113,29 @@ def test_example_one_step(name, expect, tiny_model_dir, arithmetic_files, tmp_pa
         assert key in step and math.isfinite(step[key]), (key, step.get(key))
 
 
-def test_multi_turn_example_one_step(tiny_model_dir, arithmetic_files, tmp_path):
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_multi_turn_example_one_step(mode, tiny_model_dir, arithmetic_files, tmp_path):
     # Room for two 4-token turns and the reply between them: the random model never answers
-    # right, so every episode takes the retry.
+    # right, so every episode takes the retry. async: the agent loops, one coroutine per episode.
     budget = [f"{MT}.max_tokens_per_turn=4", f"{MT}.max_assistant_turns=2", "data.max_response_length=32"]
-    step = run_example(
-        "multi_turn_arithmetic_retry.sh", tiny_data(tiny_model_dir, arithmetic_files) + SMALL_RUN + budget, tmp_path
+    overrides = (
+        tiny_data(tiny_model_dir, arithmetic_files) + SMALL_RUN + budget + [f"actor_rollout_ref.rollout.mode={mode}"]
     )
+    step = run_example("multi_turn_arithmetic_retry.sh", overrides, tmp_path)
     assert step["multi_turn/turns/max"] == 2.0 and step["multi_turn/observation_tokens/mean"] > 0
+    if mode == "async":
+        assert step["agent/turns/mean"] == 2.0 and step["agent/in_flight/max"] >= 1
+        assert 0 < step["agent/engine_busy_share"] <= 1
+
+
+def test_openai_agent_example_one_step(tiny_model_dir, arithmetic_files, tmp_path):
+    # The agent's conversation through the endpoint (port 0: a free one); 4-token turns.
+    budget = ["data.max_response_length=32", "actor_rollout_ref.rollout.agent.http_endpoint_port=0"]
+    step = run_example(
+        "openai_agent_arithmetic.sh", tiny_data(tiny_model_dir, arithmetic_files) + SMALL_RUN + budget, tmp_path
+    )
+    assert step["agent/turns/mean"] >= 1 and step["multi_turn/turns/max"] <= 3
+    assert math.isfinite(step["actor/pg_loss"])
 
 
 def test_dapo_example_one_step(tiny_model_dir, arithmetic_files, tmp_path):

@@ -107,7 +107,8 @@ def multi_turn_keys(out: dict) -> dict:
                 "generator.sampling_params.max_generate_length=16",
                 "generator.eval_sampling_params.max_generate_length=16",
             ],
-            {f"{MT}.max_tokens_per_turn": 16},
+            # batched=false: SkyRL's per-trajectory agent loop, hybrid's agent loops.
+            {f"{MT}.max_tokens_per_turn": 16, "actor_rollout_ref.rollout.mode": "async"},
         ),
         # SkyRL reads append_eos=false only in conversation mode with stop strings.
         (
@@ -244,6 +245,7 @@ def test_skyrl_multi_turn_line_passes_typed_validation():
     assert mt.env_kwargs == {"arithmetic_retry": {"max_attempts": 3}}
     assert cfg.data.max_prompt_length == 64 and cfg.data.max_response_length == 160 + 32 - 64
     assert cfg.actor_rollout_ref.rollout.n == 2
+    assert cfg.actor_rollout_ref.rollout.mode == "async"  # generator.batched=false
 
 
 @needs_skyrl_gym

@@ -264,7 +264,6 @@ SKYRL_REFUSED = [
     ("generator.step_wise_trajectories=true", "step-wise training"),
     ("generator.backend=sglang", "in-process vLLM"),
     ("generator.run_engines_locally=false", "remote engines"),
-    ("generator.inference_engine.enable_http_endpoint=true", "HTTP endpoint"),
     ("generator.inference_engine_pipeline_parallel_size=2", "tensor parallelism only"),
     ("generator.zero_reward_on_non_stop=true", "truncated responses"),
     ("generator.apply_overlong_filtering=true", "overlong filter"),
@@ -329,6 +328,18 @@ def test_skyrl_accepts_the_values_hybrid_already_has():
         "generator.async_engine=true",
         "trainer.algorithm.normalize_reward=true",
     )
+
+
+def test_skyrl_http_endpoint_turns_on_the_agent_loops_endpoint():
+    out = skyrl(
+        "generator.inference_engine.enable_http_endpoint=true",
+        "generator.inference_engine.http_endpoint_host=127.0.0.1",
+        "generator.inference_engine.http_endpoint_port=8123",
+    )
+    assert out[f"{A}.rollout.agent.enable_http_endpoint"] is True
+    assert out[f"{A}.rollout.mode"] == "async"
+    assert out[f"{A}.rollout.agent.http_endpoint_port"] == 8123
+    assert out[f"{A}.rollout.agent.http_endpoint_host"] == "127.0.0.1"
 
 
 def test_skyrl_typo_names_the_nearest_skyrl_key():

@@ -66,6 +66,7 @@ def test_every_example_is_checked():
         "gsm8k_grpo.sh",
         "skyrl_grpo_arithmetic.sh",
         "multi_turn_arithmetic_retry.sh",
+        "openai_agent_arithmetic.sh",
     }
 
 
@@ -148,6 +149,19 @@ def test_multi_turn_script(capture_python):
     assert cfg.data.max_response_length >= 3 * 24 + 2 * 12
     assert cfg.algorithm.adv_estimator == "grpo" and cfg.trainer.total_training_steps == 3
     assert cfg.trainer.experiment_name == "multi_turn_arithmetic_retry"
+
+
+def test_openai_agent_script(capture_python):
+    shim, args_file = capture_python
+    cfg, _ = script_config("openai_agent_arithmetic.sh", shim, args_file, "trainer.total_training_steps=3")
+    rollout = cfg.actor_rollout_ref.rollout
+    assert rollout.mode == "async" and rollout.multi_turn.enable is True
+    assert rollout.agent.enable_http_endpoint is True and rollout.agent.default_agent_loop == "arithmetic_agent"
+    assert rollout.agent.agent_loop_config_path == str(EXAMPLES / "openai_agent" / "agents.yaml")
+    from workers.rollout.agent_rollout import read_agent_loop_config
+
+    ((name, cls, settings),) = read_agent_loop_config(rollout.agent.agent_loop_config_path)
+    assert (name, cls.__name__, settings) == ("arithmetic_agent", "ArithmeticRetryAgent", {"max_attempts": 3})
 
 
 def gsm8k_data(tmp_path) -> Path:

@@ -8,8 +8,9 @@ own layer and the layers below it (docs/architecture.md draws them):
     reward    scoring and environments (the rollout's environments, the reward loop's scorers)
     protocol  the contract: DataProto, dispatch modes, how a config section is declared
 
-Every import counts, also one inside a function: a lazy import still ties the layers. And no
-module takes part in an import cycle. The checks run on the source (ast), so they also hold
+Every import counts, also one inside a function: a lazy import still ties the layers; only
+imports under `if TYPE_CHECKING:` (annotations, never run) do not. And no module takes part
+in an import cycle. The checks run on the source (ast), so they also hold
 for code that no test imports."""
 
 from __future__ import annotations
@@ -39,7 +40,16 @@ def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     each imported name; `from pkg import mod` counts as pkg.mod when that is a module)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    typing_only = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for inner in ast.walk(node)
+    }
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -145,6 +155,9 @@ def test_a_planted_upward_import_is_found(tmp_path):
         tmp_path,
         {
             "protocol/contract.py": "def f():\n    from workers.engine import Engine\n",  # lazy: still counts
+            "protocol/typing_only.py": (  # annotations only: not counted
+                "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import hybrid.trainer\n"
+            ),
             "workers/engine.py": "from protocol.contract import f\nclass Engine: ...\n",
             "reward/score.py": "import hybrid.trainer\n",
             "hybrid/trainer.py": "from . import config\nfrom workers import engine\n",

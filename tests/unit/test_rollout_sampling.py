@@ -17,7 +17,7 @@ from workers.rollout.base import (
     sampling_settings,
 )
 from workers.rollout.hf_rollout import hf_generation_config
-from workers.rollout.vllm_rollout import vllm_sampling_params
+from workers.rollout.vllm_params import vllm_sampling_params
 
 R = "actor_rollout_ref.rollout"
 

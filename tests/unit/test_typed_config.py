@@ -142,10 +142,18 @@ def test_full_kl_is_refused_with_the_reason():
     assert "algorithm.kl_penalty='full' is not supported" in message
 
 
+def test_async_mode_needs_the_vllm_engine_and_the_endpoint_needs_async():
+    message = problems_of([f"{ARR}.rollout.mode=async", f"{ARR}.rollout.name=hf"])
+    assert f"{ARR}.rollout.mode='async' runs agent loops on the vLLM engine, but {ARR}.rollout.name='hf'" in message
+    message = problems_of([f"{ARR}.rollout.agent.enable_http_endpoint=true"])
+    assert "enable_http_endpoint=True serves the engine to agent loops" in message
+    assert build_config([f"{ARR}.rollout.mode=async"]).actor_rollout_ref.rollout.mode == "async"
+
+
 @pytest.mark.parametrize(
     "override,needle",
     [
-        (f"{ARR}.rollout.mode=async", "hybrid generates in-process"),
+        (f"{ARR}.rollout.agent.custom_async_server.path=my_server.py", "drives its in-process vLLM engine itself"),
         (f"{ARR}.hybrid_engine=false", "always fuses actor, rollout and reference"),
         (f"{ARR}.actor.use_torch_compile=true", "does not torch.compile"),
         (f"{ARR}.actor.fsdp_config.fsdp_size=2", "shards over all ranks"),

@@ -19,6 +19,7 @@ from protocol.config_schema import (
     Positive,
     PositiveInt,
     Problems,
+    fmt,
     valid,
 )
 from workers.config.batching import LogProbBatching
@@ -59,6 +60,26 @@ class MultiTurnConfig:
 
 
 @dataclass(frozen=True)
+class CustomAsyncServerConfig:
+    path: Annotated[str | None, Fixed((None,), "hybrid drives its in-process vLLM engine itself (no server class)")]
+    name: Annotated[str | None, Fixed((None,), "hybrid drives its in-process vLLM engine itself (no server class)")]
+
+
+@dataclass(frozen=True)
+class AgentLoopConfig:
+    """`actor_rollout_ref.rollout.agent`: the agent loops of mode=async (workers/rollout/agent_loop.py)."""
+
+    num_workers: PositiveInt
+    default_agent_loop: str | None
+    agent_loop_config_path: str | None
+    max_trajectories_in_flight: OptionalPositiveInt
+    enable_http_endpoint: bool
+    http_endpoint_host: str
+    http_endpoint_port: Annotated[int, Fraction(low=0, high=65535)]
+    custom_async_server: CustomAsyncServerConfig
+
+
+@dataclass(frozen=True)
 class RolloutConfig(LogProbBatching):
     """`actor_rollout_ref.rollout`: the engine, its sampling settings and the multi-turn loop."""
 
@@ -69,7 +90,7 @@ class RolloutConfig(LogProbBatching):
             unsupported=(("sglang", "hybrid's rollout engines are in-process vLLM and Hugging Face generate"),),
         ),
     ]
-    mode: Annotated[str, Fixed(("sync",), "hybrid generates in-process, one batch at a time (no async server mode)")]
+    mode: Annotated[str, OneOf(lambda: ("sync", "async"))]
     temperature: Annotated[float, NonNegative()]
     top_k: Annotated[int, AtLeast(-1, note=" (-1: no top-k filter)")]
     top_p: Annotated[float, Fraction(open_low=True)]
@@ -122,9 +143,21 @@ class RolloutConfig(LogProbBatching):
     layered_summon: bool
     engine_kwargs: EngineKwargsConfig
     multi_turn: MultiTurnConfig
+    agent: AgentLoopConfig
     val_kwargs: ValKwargsConfig
 
     def check(self, problems: Problems) -> None:
+        key = "actor_rollout_ref.rollout"
+        if self.mode == "async" and self.name != "vllm":
+            problems.add(
+                f"{key}.mode='async' runs agent loops on the vLLM engine, but {key}.name={fmt(self.name)}; "
+                f"set name=vllm or mode=sync"
+            )
+        if self.agent.enable_http_endpoint is True and self.mode != "async":
+            problems.add(
+                f"{key}.agent.enable_http_endpoint=True serves the engine to agent loops, which run with "
+                f"{key}.mode='async' only; set mode=async"
+            )
         if self.name == "hf":
             for key in ("presence_penalty", "frequency_penalty"):
                 if valid(getattr(self, key)) and getattr(self, key) != 0:

@@ -43,11 +43,15 @@ Per sample (non-tensor): `multi_turn_turns`, `multi_turn_finish_reason`,
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import dataclasses
 import functools
+import inspect
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -145,6 +149,8 @@ class Trajectory:
     finish: str | None = None
     error: str = ""
     env_metrics: dict = field(default_factory=dict)
+    latency_s: float = 0.0  # mode=async: from its start to its end
+    env_wait_s: float = 0.0  # mode=async: waiting for its environment
 
 
 def template_renders_tool_responses(tokenizer) -> bool:
@@ -186,7 +192,7 @@ class MultiTurnLoop:
     # ------------------------------------------------------------------ the loop
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         settings = sampling_settings(self.config, prompts.meta_info)
-        rows = self._rows(prompts)
+        rows = self.rows_of(prompts)
         trajectories = [Trajectory(row=i, sample=s) for i in range(len(rows)) for s in range(settings.n)]
         self._start(trajectories, rows, prompts)
         turn_settings = dataclasses.replace(settings, n=1)
@@ -194,9 +200,9 @@ class MultiTurnLoop:
             self._model_turn(live, turn_settings)
             self._env_turn(live, rows)
         self._close(trajectories, rows)
-        return self._assemble(prompts, trajectories, settings.n)
+        return self.assemble(prompts, trajectories, settings.n)
 
-    def _rows(self, prompts: DataProto) -> list[dict]:
+    def rows_of(self, prompts: DataProto) -> list[dict]:
         fields = prompts.non_tensor_batch
         if "raw_prompt" not in fields:
             raise ValueError(
@@ -243,35 +249,64 @@ class MultiTurnLoop:
 
     def _start(self, trajectories: list[Trajectory], rows: list[dict], prompts: DataProto) -> None:
         """Build and init every environment (in the pool: either may be slow), then the prompts."""
+        outcomes = self.pool.run([self.opener(t, rows) for t in trajectories])
+        for trajectory, outcome in zip(trajectories, outcomes):
+            self.set_prompt(trajectory, outcome, rows, prompts)
 
-        def open_env(trajectory: Trajectory):
+    def _model_turn(self, live: list[Trajectory], settings) -> None:
+        budgets = [self.budget(t) for t in live]
+        turns = self.engine.generate_ids([t.prompt_ids + t.response_ids for t in live], settings, budgets)
+        texts = self.tokenizer.batch_decode([list(turn.token_ids) for turn in turns], skip_special_tokens=True)
+        for trajectory, turn, budget, text in zip(live, turns, budgets, texts):
+            self.apply_turn(trajectory, turn, budget, text)
+
+    def _env_turn(self, live: list[Trajectory], rows: list[dict]) -> None:
+        outcomes = self.pool.run([self.stepper(t) for t in live])
+        for trajectory, outcome in zip(live, outcomes):
+            self.apply_step(trajectory, outcome, rows)
+
+    def _close(self, trajectories: list[Trajectory], rows: list[dict]) -> None:
+        """Episode metrics and close(); an environment still busy past its limit is left alone."""
+        closing = [t for t in trajectories if self.closable(t)]
+        for trajectory, outcome in zip(closing, self.pool.run([self.closer(t) for t in closing])):
+            self.apply_close(trajectory, outcome, rows)
+
+    # ------------------------------------------------------------------ one trajectory
+    # The steps of one trajectory, shared by the lock-step loop above and the agent loops
+    # of mode=async (workers/rollout/agent_loops.py), so both build the same tokens.
+    def opener(self, trajectory: Trajectory, rows: list[dict]) -> Callable[[], Any]:
+        """The call that builds the trajectory's environment and returns its `init`."""
+
+        def open_env():
             trajectory.env = self.factory.make(rows[trajectory.row])
             messages = copy.deepcopy(_chat(rows[trajectory.row]["raw_prompt"]))
-            return trajectory.env.init(messages)
+            return run_to_end(trajectory.env.init(messages))
 
-        outcomes = self.pool.run([functools.partial(open_env, t) for t in trajectories])
+        return open_env
+
+    def set_prompt(self, trajectory: Trajectory, outcome: Outcome, rows: list[dict], prompts: DataProto) -> None:
+        """The first prompt: the data loader's tokens, or the environment's messages rendered."""
+        if self._failed(trajectory, outcome, rows, "init"):
+            return
         input_ids, attention_mask = prompts.batch["input_ids"], prompts.batch["attention_mask"]
-        for trajectory, outcome in zip(trajectories, outcomes):
-            if self._failed(trajectory, outcome, rows, "init"):
-                continue
-            messages = outcome.value[0] if isinstance(outcome.value, tuple) else outcome.value
-            raw = _chat(rows[trajectory.row]["raw_prompt"])
-            if _same_chat(messages, raw) and not self.factory.tools:
-                row_ids, row_mask = input_ids[trajectory.row], attention_mask[trajectory.row]
-                trajectory.prompt_ids = row_ids[row_mask.bool()].tolist()
-            else:
-                trajectory.prompt_ids = render_prompt_ids(self.tokenizer, messages, self.factory.tool_schemas)
-                trajectory.prompt_rendered = True
-                if len(trajectory.prompt_ids) > input_ids.shape[1]:
-                    raise ValueError(
-                        f"the environment's first prompt for {self._row_label(trajectory, rows)} is "
-                        f"{len(trajectory.prompt_ids)} tokens, longer than the prompt width {input_ids.shape[1]} "
-                        f"(data.max_prompt_length)"
-                    )
-            if self._room(trajectory) < 1:
-                trajectory.finish = "length"
+        messages = outcome.value[0] if isinstance(outcome.value, tuple) else outcome.value
+        raw = _chat(rows[trajectory.row]["raw_prompt"])
+        if _same_chat(messages, raw) and not self.factory.tools:
+            row_ids, row_mask = input_ids[trajectory.row], attention_mask[trajectory.row]
+            trajectory.prompt_ids = row_ids[row_mask.bool()].tolist()
+        else:
+            trajectory.prompt_ids = render_prompt_ids(self.tokenizer, messages, self.factory.tool_schemas)
+            trajectory.prompt_rendered = True
+            if len(trajectory.prompt_ids) > input_ids.shape[1]:
+                raise ValueError(
+                    f"the environment's first prompt for {self._row_label(trajectory, rows)} is "
+                    f"{len(trajectory.prompt_ids)} tokens, longer than the prompt width {input_ids.shape[1]} "
+                    f"(data.max_prompt_length)"
+                )
+        if self.budget(trajectory) < 1:
+            trajectory.finish = "length"
 
-    def _room(self, trajectory: Trajectory) -> int:
+    def budget(self, trajectory: Trajectory) -> int:
         """The next model turn's token budget."""
         used = len(trajectory.response_ids)
         room = min(
@@ -280,42 +315,42 @@ class MultiTurnLoop:
         per_turn = self.settings.max_tokens_per_turn
         return min(room, int(per_turn)) if per_turn else room
 
-    def _model_turn(self, live: list[Trajectory], settings) -> None:
-        budgets = [self._room(t) for t in live]
-        turns = self.engine.generate_ids([t.prompt_ids + t.response_ids for t in live], settings, budgets)
-        texts = self.tokenizer.batch_decode([list(turn.token_ids) for turn in turns], skip_special_tokens=True)
-        for trajectory, turn, budget, text in zip(live, turns, budgets, texts):
-            ids = list(turn.token_ids)[:budget]
-            trajectory.response_ids += ids
-            trajectory.mask += [1] * len(ids)
-            trajectory.log_probs += [float(p) for p in list(turn.log_probs)[: len(ids)]]
-            if ids:
-                trajectory.last_model_position = len(trajectory.response_ids) - 1
-            trajectory.turns += 1
-            trajectory.last_turn_text = text
-            trajectory.last_turn_closed = bool(ids) and ids[-1] in self.eos_token_ids
+    def apply_turn(self, trajectory: Trajectory, turn, budget: int, text: str) -> None:
+        """The model's turn (`turn`: a GeneratedTurn; `text`: its decoded ids) joins the trajectory."""
+        ids = list(turn.token_ids)[:budget]
+        trajectory.response_ids += ids
+        trajectory.mask += [1] * len(ids)
+        trajectory.log_probs += [float(p) for p in list(turn.log_probs)[: len(ids)]]
+        if ids:
+            trajectory.last_model_position = len(trajectory.response_ids) - 1
+        trajectory.turns += 1
+        trajectory.last_turn_text = text
+        trajectory.last_turn_closed = bool(ids) and ids[-1] in self.eos_token_ids
 
-    def _env_turn(self, live: list[Trajectory], rows: list[dict]) -> None:
-        outcomes = self.pool.run([functools.partial(t.env.step, t.last_turn_text) for t in live])
-        for trajectory, outcome in zip(live, outcomes):
-            if self._failed(trajectory, outcome, rows, "step"):
-                continue
-            try:
-                observations, reward, done, _ = check_step_output(outcome.value)
-            except ValueError as e:
-                self._failed(trajectory, Outcome(error=e), rows, "step")
-                continue
-            if trajectory.last_model_position is not None:
-                trajectory.rewards.append((trajectory.last_model_position, reward))
-            max_turns, max_user_turns = self.settings.max_assistant_turns, self.settings.max_user_turns
-            if done:
-                trajectory.finish = "done"
-            elif (max_turns and trajectory.turns >= max_turns) or (
-                max_user_turns is not None and trajectory.user_turns >= max_user_turns
-            ):
-                trajectory.finish = "max_turns"
-            else:
-                self._append_observation(trajectory, observations)
+    def stepper(self, trajectory: Trajectory) -> Callable[[], Any]:
+        """The call that steps the trajectory's environment with the model's last turn."""
+        return lambda: run_to_end(trajectory.env.step(trajectory.last_turn_text))
+
+    def apply_step(self, trajectory: Trajectory, outcome: Outcome, rows: list[dict]) -> None:
+        """The environment's answer: its reward, the end of the trajectory, or the next observation."""
+        if self._failed(trajectory, outcome, rows, "step"):
+            return
+        try:
+            observations, reward, done, _ = check_step_output(outcome.value)
+        except ValueError as e:
+            self._failed(trajectory, Outcome(error=e), rows, "step")
+            return
+        if trajectory.last_model_position is not None:
+            trajectory.rewards.append((trajectory.last_model_position, reward))
+        max_turns, max_user_turns = self.settings.max_assistant_turns, self.settings.max_user_turns
+        if done:
+            trajectory.finish = "done"
+        elif (max_turns and trajectory.turns >= max_turns) or (
+            max_user_turns is not None and trajectory.user_turns >= max_user_turns
+        ):
+            trajectory.finish = "max_turns"
+        else:
+            self._append_observation(trajectory, observations)
 
     def _append_observation(self, trajectory: Trajectory, observations: list[dict[str, str]]) -> None:
         ids = self.renderer.render(observations)
@@ -331,22 +366,26 @@ class MultiTurnLoop:
         trajectory.log_probs += [0.0] * len(ids)
         trajectory.user_turns += 1
         trajectory.observation_tokens += len(ids)
-        if self._room(trajectory) < 1:
+        if self.budget(trajectory) < 1:
             trajectory.finish = "length"
 
-    def _close(self, trajectories: list[Trajectory], rows: list[dict]) -> None:
-        """Episode metrics and close(); an environment still busy past its limit is left alone."""
+    def closable(self, trajectory: Trajectory) -> bool:
+        return trajectory.env is not None and not trajectory.error.startswith("timeout")
 
-        def finish(trajectory: Trajectory):
+    def closer(self, trajectory: Trajectory) -> Callable[[], Any]:
+        """The call that collects the episode's metrics and closes its environment."""
+
+        def finish():
             get_metrics = getattr(trajectory.env, "get_metrics", None)
             metrics = dict(get_metrics() or {}) if get_metrics is not None else {}
-            trajectory.env.close()
+            run_to_end(trajectory.env.close())
             return metrics
 
-        closing = [t for t in trajectories if t.env is not None and not t.error.startswith("timeout")]
-        for trajectory, outcome in zip(closing, self.pool.run([functools.partial(finish, t) for t in closing])):
-            if not self._failed(trajectory, outcome, rows, "close"):
-                trajectory.env_metrics = {k: v for k, v in outcome.value.items() if _is_number(v)}
+        return finish
+
+    def apply_close(self, trajectory: Trajectory, outcome: Outcome, rows: list[dict]) -> None:
+        if not self._failed(trajectory, outcome, rows, "close"):
+            trajectory.env_metrics = {k: v for k, v in outcome.value.items() if _is_number(v)}
 
     # ------------------------------------------------------------------ output
     def _rewards(self, trajectory: Trajectory, width: int) -> torch.Tensor:
@@ -358,7 +397,7 @@ class MultiTurnLoop:
             rewards[trajectory.last_model_position] = sum(r for _, r in trajectory.rewards)
         return rewards
 
-    def _assemble(self, prompts: DataProto, trajectories: list[Trajectory], n: int) -> DataProto:
+    def assemble(self, prompts: DataProto, trajectories: list[Trajectory], n: int) -> DataProto:
         width, length = prompts.batch["input_ids"].shape[1], int(self.config.response_length)
         pad = self.engine.pad_token_id
         tensors = {
@@ -392,6 +431,12 @@ class MultiTurnLoop:
         return DataProto.from_dict(
             tensors=batch, non_tensors=non_tensors, meta_info={"n": n, "metrics": summarize(non_tensors)}
         )
+
+
+def run_to_end(result):
+    """An environment method's result; one that is a coroutine (an `async def` method) is run
+    to its end here, on the pool thread that called it (the lock-step loop is synchronous)."""
+    return asyncio.run(result) if inspect.iscoroutine(result) else result
 
 
 def _chat(raw_prompt) -> list[dict]:

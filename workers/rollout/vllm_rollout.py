@@ -11,7 +11,8 @@ training) is used where the platform supports it (GPUs). `vllm_sampling_params` 
 one place the rollout's sampling keys become a `SamplingParams`. `generate_ids` is the
 token-in-token-out primitive of multi-turn rollouts (`TokensPrompt` in, sampled ids out,
 a per-request `max_tokens`); with `multi_turn.enable` `generate_sequences` runs the loop
-of workers/rollout/multi_turn.py on it.
+of workers/rollout/multi_turn.py on it. With `mode=async` it runs the agent loops of
+workers/rollout/agent_rollout.py instead, one coroutine per trajectory on the same engine.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import torch
 from protocol.data_proto import DataProto
 from workers.device import is_cuda_available, resolve_dtype_name
 from workers.engine_logs import quiet_engine_before_import, stderr_to_engine_log
+from workers.rollout.agent_rollout import AgentRollout
 from workers.rollout.base import (
     ROLLOUT,
     GeneratedTurn,
@@ -38,6 +40,7 @@ from workers.rollout.base import (
     sampling_settings,
 )
 from workers.rollout.multi_turn import MultiTurnLoop
+from workers.rollout.vllm_params import vllm_sampling_params
 
 
 def _prepare_environment(config) -> str | None:
@@ -55,35 +58,6 @@ def _prepare_environment(config) -> str | None:
             )
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(space)))
     return log_path
-
-
-def vllm_sampling_params(settings: SamplingSettings):
-    """The vLLM `SamplingParams` of one call; a value vLLM refuses raises ValueError
-    naming the rollout key."""
-    from vllm import SamplingParams
-    from vllm.exceptions import VLLMValidationError
-
-    try:
-        return SamplingParams(
-            n=settings.n,
-            temperature=settings.temperature,
-            top_p=settings.top_p,
-            top_k=settings.top_k,
-            min_p=settings.min_p,
-            repetition_penalty=settings.repetition_penalty,
-            presence_penalty=settings.presence_penalty,
-            frequency_penalty=settings.frequency_penalty,
-            stop=list(settings.stop) or None,
-            stop_token_ids=list(settings.stop_token_ids) or None,
-            ignore_eos=settings.ignore_eos,
-            max_tokens=settings.max_tokens,
-            logprobs=0,
-            # Responses are kept as token ids; text is only needed to find stop strings.
-            detokenize=bool(settings.stop),
-        )
-    except (VLLMValidationError, ValueError, TypeError) as e:
-        # vLLM's parameter names are the rollout keys (val_kwargs for validation calls).
-        raise ValueError(f"{ROLLOUT}: vLLM refuses the sampling settings: {e}") from e
 
 
 class VLLMRollout:
@@ -104,9 +78,10 @@ class VLLMRollout:
         self.eos_token_ids = set(eos if isinstance(eos, list) else [eos])
         max_model_len = engine_max_model_len(config)
         self.max_model_len = max_model_len
-        # Environment, tool and interaction files are read now: a mistake stops the run
-        # before the engine takes its memory.
+        # Environment, tool, interaction and agent-loop files are read now: a mistake stops
+        # the run before the engine takes its memory.
         self.multi_turn = MultiTurnLoop.for_engine(self, None)
+        self.agents = AgentRollout(self) if config.mode == "async" else None
         kwargs = dict(
             model=model_config.path,
             # vLLM detokenizes only to find stop strings; it must read text as the trainer does.
@@ -197,6 +172,8 @@ class VLLMRollout:
         from vllm.inputs import TokensPrompt
 
         self.multi_turn = MultiTurnLoop.for_engine(self, self.multi_turn)
+        if self.agents is not None:
+            return self.agents.generate_sequences(prompts)
         if self.multi_turn is not None:
             return self.multi_turn.generate_sequences(prompts)
         settings = sampling_settings(self.config, prompts.meta_info)
