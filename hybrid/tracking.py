@@ -67,6 +67,9 @@ _CONSOLE_FIELDS: list[tuple[str, tuple[str, ...]]] = [
     ("kl", ("actor/kl_loss", "actor/reward_kl_penalty", "actor/ppo_kl")),
     ("ent", ("actor/entropy",)),
     ("len", ("response_length/mean",)),
+    # Agent loops (rollout.mode=async): trajectories in flight at most, the slow tail's latency.
+    ("agents", ("agent/in_flight/max",)),
+    ("p95", ("agent/latency_s/p95",)),
 ]
 
 

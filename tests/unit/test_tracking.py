@@ -79,6 +79,9 @@ def test_console_line_format():
     assert console_line(data, 3) == "step 3 | score 0.41 | val 0.55 | kl 0.001 | ent 1.2 | len 23 | 8.1 s"
     assert console_line({}, 7) == "step 7"
     assert console_line({"actor/ppo_kl": 2e-5, "response_length/mean": 1234.0}, 1) == "step 1 | kl 2e-05 | len 1.23e+03"
+    # Agent loops: the most trajectories in flight and the slow tail's latency.
+    agents = {"critic/score/mean": 0.5, "agent/in_flight/max": 64.0, "agent/latency_s/p95": 3.14159, "timing_s/step": 9}
+    assert console_line(agents, 2) == "step 2 | score 0.5 | agents 64 | p95 3.14 | 9.0 s"
 
 
 def test_console_backend_prints_the_line(tmp_path, capsys):
