@@ -15,6 +15,8 @@ the policy loss of one micro-batch. The reference policy is an actor without an 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -41,6 +43,10 @@ from workers.rollout_correction import (
 )
 from workers.ulysses import SequenceParallel, SequenceSplit
 
+if TYPE_CHECKING:  # annotations only: the config package imports worker modules
+    from workers.config import ActorConfig
+    from workers.rollout_correction_settings import CorrectionSettings
+
 
 class DataParallelPPOActor:
     """`config`: the `actor_rollout_ref.actor` section (None for the reference policy,
@@ -54,7 +60,7 @@ class DataParallelPPOActor:
         self,
         module: torch.nn.Module,
         use_remove_padding: bool,
-        config=None,
+        config: ActorConfig | None = None,
         optimizer=None,
         lr_scheduler=None,
         *,
@@ -235,11 +241,11 @@ class _PolicyMicroLoss:
     def __init__(
         self,
         actor: DataParallelPPOActor,
-        config,
+        config: ActorConfig,
         temperature: float,
         on_policy: bool,
         has_rollout_lp: bool,
-        settings=None,
+        settings: CorrectionSettings | None = None,
         where: str | None = None,
         stats: Stats | None = None,
     ):
@@ -337,7 +343,7 @@ class _PolicyMicroLoss:
         return metrics
 
 
-def _check_old_log_probs(cfg, has_old: bool, rows: int) -> None:
+def _check_old_log_probs(cfg: ActorConfig, has_old: bool, rows: int) -> None:
     """The driver runs the old log-prob pass exactly when the config's `on_policy_update` is
     false; a batch that disagrees would train on the wrong anchor, so it stops here."""
     if cfg.on_policy_update and has_old:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from protocol.data_proto import DataProto
 from protocol.dispatch import Dispatch, register
@@ -38,6 +39,9 @@ from workers.ulysses import (
 )
 from workers.weight_sync import EngineWeightSync
 
+if TYPE_CHECKING:  # annotations only: the config package imports worker modules
+    from workers.config import ActorRolloutRefConfig, FSDPConfig
+
 ARR = "actor_rollout_ref"
 SP_KEY = f"{ARR}.actor.ulysses_sequence_parallel_size"
 
@@ -45,7 +49,7 @@ SP_KEY = f"{ARR}.actor.ulysses_sequence_parallel_size"
 class ActorRolloutRefWorker(ProfiledWorker, Worker):
     """config: the `actor_rollout_ref` section of the trainer config; role: a `Role` (or its value)."""
 
-    def __init__(self, config, role: Role | str):
+    def __init__(self, config: ActorRolloutRefConfig, role: Role | str):
         super().__init__()
         self.config = config
         self.role = Role.parse(role)
@@ -91,7 +95,9 @@ class ActorRolloutRefWorker(ProfiledWorker, Worker):
             offload_params(self.ref.module)
         return True
 
-    def _load_causal_lm(self, fsdp_config, trainable: bool, offload_policy: bool = False, lora: bool = False):
+    def _load_causal_lm(
+        self, fsdp_config: FSDPConfig, trainable: bool, offload_policy: bool = False, lora: bool = False
+    ):
         """The policy (`lora`: with its adapters) or the reference policy (the base model)."""
         from transformers import AutoModelForCausalLM
 

@@ -9,6 +9,8 @@ log-probs. The update runs through the same optimizer step as the actor's
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from protocol.data_proto import DataProto
@@ -18,6 +20,9 @@ from workers.losses import compute_value_loss, masked_mean
 from workers.micro_batch import micro_batches, response_inputs, to_rows
 from workers.optimizer_step import MiniBatchCounts, OptimizerStep, UpdatePlan, world_size
 from workers.ulysses import SequenceParallel, SequenceSplit
+
+if TYPE_CHECKING:  # annotations only: the config package imports worker modules
+    from workers.config import CriticConfig
 
 # The critic's section has no data_loader_seed: its shuffled mini-batches (critic.shuffle)
 # use epoch e's seed 0 + e, as they always have.
@@ -49,7 +54,7 @@ class DataParallelPPOCritic:
 
     def __init__(
         self,
-        config,
+        config: CriticConfig,
         module: torch.nn.Module,
         optimizer,
         lr_scheduler,

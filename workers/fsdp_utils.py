@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
@@ -18,6 +19,9 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
 from workers.device import empty_cache, get_device_name, host_device, is_cuda_available, supports_bf16
+
+if TYPE_CHECKING:  # annotations only: the config package imports worker modules
+    from workers.config import FSDPConfig, OptimConfig
 
 
 def resolve_mixed_precision(mode: str) -> torch.dtype:
@@ -77,14 +81,14 @@ def apply_fsdp2(
     return model
 
 
-def build_optimizer(params, optim_config) -> torch.optim.Optimizer:
+def build_optimizer(params, optim_config: OptimConfig) -> torch.optim.Optimizer:
     """AdamW from an `optim` section (lr, betas, weight_decay)."""
     return torch.optim.AdamW(
         params, lr=optim_config.lr, betas=tuple(optim_config.betas), weight_decay=optim_config.weight_decay
     )
 
 
-def build_lr_scheduler(optimizer, optim_config, total_steps: int):
+def build_lr_scheduler(optimizer, optim_config: OptimConfig, total_steps: int):
     """transformers' schedules: constant / linear / cosine with warmup (and a floor)."""
     from transformers import get_scheduler
     from transformers.optimization import get_cosine_with_min_lr_schedule_with_warmup
@@ -107,7 +111,9 @@ def build_lr_scheduler(optimizer, optim_config, total_steps: int):
 
 
 @contextmanager
-def on_device(module: torch.nn.Module, fsdp_config, optimizer: torch.optim.Optimizer | None = None) -> Iterator[None]:
+def on_device(
+    module: torch.nn.Module, fsdp_config: FSDPConfig, optimizer: torch.optim.Optimizer | None = None
+) -> Iterator[None]:
     """Hold `module`'s parameters (and `optimizer`'s state, when given) on the device for the
     block, where the section offloads them between calls (`fsdp_config.param_offload`,
     `fsdp_config.optimizer_offload`), and put them back on the host afterwards, also when

@@ -18,10 +18,13 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.distributed.tensor import DTensor
+
+if TYPE_CHECKING:  # annotations only: the config package imports worker modules
+    from workers.config import ModelConfig
 
 PEFT_PREFIX = "base_model.model."
 ADAPTER = "default"
@@ -34,7 +37,7 @@ def _plain(value: Any) -> Any:
     return [str(v) for v in value]
 
 
-def build_lora_config(model_config):
+def build_lora_config(model_config: ModelConfig):
     """peft's LoraConfig from the `actor_rollout_ref.model` section (lora_rank > 0)."""
     from peft import LoraConfig, TaskType
 
@@ -80,7 +83,7 @@ def load_lora_adapter(module: torch.nn.Module, path: str) -> torch.nn.Module:
     return PeftModel.from_pretrained(module, path, adapter_name=ADAPTER, is_trainable=True, config=config)
 
 
-def apply_lora(module: torch.nn.Module, model_config) -> torch.nn.Module:
+def apply_lora(module: torch.nn.Module, model_config: ModelConfig) -> torch.nn.Module:
     """Wrap `module` with LoRA adapters (before FSDP), new ones or the saved adapter at
     `lora_adapter_path`; the base weights stop requiring grad."""
     from peft import get_peft_model

@@ -15,10 +15,14 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import torch
 
 from protocol.dispatch import Dispatch, register
+
+if TYPE_CHECKING:  # annotations only: the config package imports worker modules
+    from workers.config import ProfilerConfig
 
 _running: list[torch.profiler.profile] = []  # this process's profiler, while one records
 
@@ -36,7 +40,7 @@ def _activities(contents: set[str]) -> list:
 class StepProfiler:
     """One rank's profiler for one role; `section` is that role's `profiler` config."""
 
-    def __init__(self, section, role: str, rank: int):
+    def __init__(self, section: ProfilerConfig, role: str, rank: int):
         self.section, self.role, self.rank = section, role, rank
         self.enabled = section.profiles_rank(rank)
         self.prof: torch.profiler.profile | None = None

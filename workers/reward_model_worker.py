@@ -8,6 +8,8 @@ and re-templated with the reward model's before scoring.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from protocol.data_proto import DataProto
@@ -18,11 +20,14 @@ from workers.fsdp_utils import offload_params, on_device
 from workers.micro_batch import micro_batch_indices
 from workers.model_loading import load_hf_model, load_tokenizer
 
+if TYPE_CHECKING:  # annotations only: the config package imports worker modules
+    from workers.config import RewardModelConfig
+
 
 class RewardModelWorker(Worker):
     """config: the `reward_model` section."""
 
-    def __init__(self, config):
+    def __init__(self, config: RewardModelConfig):
         super().__init__()
         self.config = config
 

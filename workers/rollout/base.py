@@ -26,11 +26,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
 from protocol.data_proto import DataProto
+
+if TYPE_CHECKING:  # annotations only: the config package imports worker modules
+    from workers.config import RolloutConfig
 
 ROLLOUT = "actor_rollout_ref.rollout"
 
@@ -124,7 +127,7 @@ def _stop_token_ids(value) -> tuple[int, ...]:
     return tuple(int(t) for t in value)
 
 
-def sampling_settings(config, meta_info: dict) -> SamplingSettings:
+def sampling_settings(config: RolloutConfig, meta_info: dict) -> SamplingSettings:
     """The sampling of one call, from the rollout section `config` and the call's meta_info.
 
     verl's rules: validation (`meta_info["validate"]`) takes top_k/top_p/temperature/n
@@ -181,7 +184,7 @@ class GeneratedTurn(NamedTuple):
     finish_reason: str
 
 
-def engine_max_model_len(config) -> int:
+def engine_max_model_len(config: RolloutConfig) -> int:
     """The longest prompt + response the engine holds: `max_model_len`, or prompt_length +
     response_length when unset."""
     return int(config.max_model_len or (int(config.prompt_length) + int(config.response_length)))

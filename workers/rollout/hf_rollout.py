@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -38,6 +39,9 @@ from workers.rollout.base import (
     sampling_settings,
 )
 from workers.rollout.multi_turn import MultiTurnLoop
+
+if TYPE_CHECKING:  # annotations only: the config package imports worker modules
+    from workers.config import ModelConfig, RolloutConfig
 
 _DTYPES = {
     "bfloat16": torch.bfloat16,
@@ -87,7 +91,7 @@ def hf_generation_config(settings: SamplingSettings, pad_token_id: int, eos_toke
 
 
 class HFRollout:
-    def __init__(self, model_config, config, tokenizer, model_hf_config):
+    def __init__(self, model_config: ModelConfig, config: RolloutConfig, tokenizer, model_hf_config):
         """`model_config` is `actor_rollout_ref.model` (path, trust_remote_code), `config`
         is `actor_rollout_ref.rollout`."""
         from transformers import AutoModelForCausalLM

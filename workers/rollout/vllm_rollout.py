@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -42,8 +43,11 @@ from workers.rollout.base import (
 from workers.rollout.multi_turn import MultiTurnLoop
 from workers.rollout.vllm_params import vllm_sampling_params
 
+if TYPE_CHECKING:  # annotations only: the config package imports worker modules
+    from workers.config import ModelConfig, RolloutConfig
 
-def _prepare_environment(config) -> str | None:
+
+def _prepare_environment(config: RolloutConfig) -> str | None:
     """Sets the variables vLLM reads; returns the engine log file (None: vLLM's logging left
     as it is)."""
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
@@ -61,7 +65,7 @@ def _prepare_environment(config) -> str | None:
 
 
 class VLLMRollout:
-    def __init__(self, model_config, config, tokenizer, model_hf_config):
+    def __init__(self, model_config: ModelConfig, config: RolloutConfig, tokenizer, model_hf_config):
         """`model_config` is `actor_rollout_ref.model` (path, tokenizer_path,
         trust_remote_code), `config` is `actor_rollout_ref.rollout`."""
         # Before anything imports vllm: it reads these variables.
