@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from tests.conftest import build_tiny_model_dir
-from tests.integration.engine_helpers import engine_config
+from tests.integration.engine_helpers import sharp_engine, sharp_weights
 
 pytestmark = pytest.mark.integration
 
@@ -24,39 +24,11 @@ R = "actor_rollout_ref.rollout"
 # The longest request: a cancelled one must still be running when it is cancelled.
 RESPONSE_LENGTH = 200
 LONG = 180
-# How much the transformer layers' weights are scaled; see `_sharp_weights`.
-SHARPEN = 10.0
-
-
-def _sharp_weights(model_dir) -> dict[str, torch.Tensor]:
-    """The folder model's weights with its layers (not norms or embeddings) scaled up. At the
-    initial std of 0.02 the layers barely move the residual stream, and the tied output
-    layer makes greedy decoding repeat the last prompt token whatever came before; scaled,
-    the output depends on the context, so equal token ids across engines mean something."""
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    return {
-        name: (t * SHARPEN if ".layers." in name and "norm" not in name else t).clone()
-        for name, t in model.state_dict().items()
-    }
 
 
 @pytest.fixture(scope="module")
 def rollout(tiny_model_dir, tokenizer):
-    from transformers import AutoConfig
-
-    from workers.rollout.vllm_rollout import VLLMRollout
-
-    cfg = engine_config(tiny_model_dir, f"{R}.load_format=dummy_dtensor", n=1, response_length=RESPONSE_LENGTH)
-    engine = VLLMRollout(
-        cfg.actor_rollout_ref.model,
-        cfg.actor_rollout_ref.rollout,
-        tokenizer,
-        AutoConfig.from_pretrained(tiny_model_dir),
-    )
-    engine.update_weights(list(_sharp_weights(tiny_model_dir).items()))
-    return engine
+    return sharp_engine(tiny_model_dir, tokenizer, response_length=RESPONSE_LENGTH)
 
 
 @pytest.fixture
@@ -296,8 +268,8 @@ def test_pause_lets_reload_weights_run_and_generation_uses_the_new_weights(
 ):
     engine = rollout.llm.llm_engine
     prompts, budget = _prompts(4, seed=4), 24
-    old = _sharp_weights(tiny_model_dir)
-    new = _sharp_weights(build_tiny_model_dir(tmp_path / "seed1", tokenizer, seed=1))
+    old = sharp_weights(tiny_model_dir)
+    new = sharp_weights(build_tiny_model_dir(tmp_path / "seed1", tokenizer, seed=1))
 
     async def generate_all():
         return await asyncio.gather(*(driver.generate(p, _params(rollout, budget)) for p in prompts))

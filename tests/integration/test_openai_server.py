@@ -15,8 +15,7 @@ import time
 import aiohttp
 import pytest
 
-from tests.integration.engine_helpers import engine_config
-from tests.integration.test_async_engine import _sharp_weights
+from tests.integration.engine_helpers import sharp_engine
 
 pytestmark = pytest.mark.integration
 
@@ -37,25 +36,9 @@ TOOLS = [
 
 @pytest.fixture(scope="module")
 def rollout(tiny_model_dir, tokenizer):
-    from transformers import AutoConfig
-
-    from workers.rollout.vllm_rollout import VLLMRollout
-
-    cfg = engine_config(
-        tiny_model_dir,
-        f"{R}.load_format=dummy_dtensor",
-        f"{R}.max_model_len={MAX_MODEL_LEN}",
-        n=1,
-        response_length=RESPONSE_LENGTH,
+    return sharp_engine(
+        tiny_model_dir, tokenizer, f"{R}.max_model_len={MAX_MODEL_LEN}", response_length=RESPONSE_LENGTH
     )
-    engine = VLLMRollout(
-        cfg.actor_rollout_ref.model,
-        cfg.actor_rollout_ref.rollout,
-        tokenizer,
-        AutoConfig.from_pretrained(tiny_model_dir),
-    )
-    engine.update_weights(list(_sharp_weights(tiny_model_dir).items()))
-    return engine
 
 
 @pytest.fixture(scope="module")

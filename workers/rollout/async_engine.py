@@ -100,7 +100,10 @@ class AsyncEngineDriver:
         self._tokens_prompt = TokensPrompt
         self._final_only = RequestOutputKind.FINAL_ONLY
         # Distinct from LLM.generate's ids ("0", "1", ...) and another driver's.
-        self._ids = (f"{name}-{uuid.uuid4().hex[:8]}-{i}" for i in itertools.count())
+        # itertools.count's next() is atomic; a generator's is not, and coroutines on several
+        # event loops (threads) ask for ids at once.
+        self._prefix = f"{name}-{uuid.uuid4().hex[:8]}"
+        self._counter = itertools.count()
         # Guards every field below; the thread sleeps on it when there is nothing to do.
         self._cond = threading.Condition(threading.Lock())
         self._pending: collections.deque[_Request] = collections.deque()
@@ -132,7 +135,8 @@ class AsyncEngineDriver:
         # Else the engine returns every unfinished request's output so far at every step.
         params.output_kind = self._final_only
         loop = asyncio.get_running_loop()
-        request = _Request(next(self._ids), list(prompt_ids), params, loop.create_future(), loop)
+        request_id = f"{self._prefix}-{next(self._counter)}"
+        request = _Request(request_id, list(prompt_ids), params, loop.create_future(), loop)
         with self._cond:
             self._refuse_if_stopped()
             self._pending.append(request)
