@@ -6,7 +6,9 @@ engine is built with dummy weights; `update_rollout_weights` gathers the actor's
 loads them into it in memory (workers/weight_sync.py). That call is the driver's: after the
 worker is built or has loaded a checkpoint, and after every `update_actor`.
 `generate_sequences` samples from whatever the engine holds and refuses to run before the
-engine has received the actor's weights.
+engine has received the actor's weights. For engines in their own processes (asynchronous
+training, workers/rollout_engine_worker.py) `export_weights` gathers the same weights and
+places them once in Ray's object store for every engine to load.
 
 Every public method declares how a worker group splits its input (`@register`); the
 DataProto ones take and return a DataProto. Parameters and optimizer state are on the device
@@ -18,6 +20,8 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
+
+import torch
 
 from protocol.data_proto import DataProto
 from protocol.dispatch import Dispatch, register
@@ -37,7 +41,7 @@ from workers.ulysses import (
     own_rows,
     sequence_parallel_group,
 )
-from workers.weight_sync import EngineWeightSync
+from workers.weight_sync import EngineWeightSync, SharedWeights, collect_full_weights
 
 if TYPE_CHECKING:  # annotations only: the config package imports worker modules
     from workers.config import ActorRolloutRefConfig, FSDPConfig
@@ -227,6 +231,31 @@ class ActorRolloutRefWorker(ProfiledWorker, Worker):
         with self._actor_on_device():
             self.weight_sync.sync()
         return time.perf_counter() - start
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def export_weights(self, dtype_name: str):
+        """The actor's full weights for rollout engines in other processes (a collective: every
+        rank takes part), gathered as `update_rollout_weights` gathers them (the same names,
+        LoRA merged, tied embeddings under both names) and cast to `dtype_name`, the engines'
+        dtype ("bfloat16", "float32", ...). Rank 0 returns `[ObjectRef]` of a `SharedWeights`
+        put once in Ray's object store (in a list, so the driver receives the reference, not
+        the value); without Ray the list of (name, tensor) pairs itself. Other ranks: None."""
+        self._require(self.actor, "export_weights", "actor")
+        dtype = getattr(torch, str(dtype_name), None)
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise ValueError(f"export_weights: dtype_name={dtype_name!r} is not a torch floating-point dtype")
+        tie = bool(getattr(self.hf_config, "tie_word_embeddings", False))
+        bucket_bytes = int(self.config.rollout.update_weights_bucket_megabytes) * 1024 * 1024
+        with torch.no_grad(), self._actor_on_device():
+            pairs = collect_full_weights(self._hf_state(), dtype, bucket_bytes, tie, keep=self.rank == 0)
+        if pairs is None:
+            return None
+        import ray
+
+        if not ray.is_initialized():
+            return pairs
+        same_as = {"lm_head.weight": "model.embed_tokens.weight"} if tie else None
+        return [ray.put(SharedWeights.from_pairs(pairs, same_as))]
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def generate_sequences(self, prompts: DataProto) -> DataProto:

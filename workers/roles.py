@@ -16,6 +16,9 @@ class Role(str, Enum):  # noqa: UP042 - StrEnum would change str() and f"{}" of 
     REF = "ref"  # the frozen reference policy only
     ACTOR_ROLLOUT = "actor_rollout"  # the hybrid engine without a reference policy
     ACTOR_ROLLOUT_REF = "actor_rollout_ref"  # the hybrid engine with one
+    # Asynchronous training: the trained policy and the reference policy, the engines in
+    # their own processes (workers/rollout_engine_worker.py) fed by export_weights.
+    ACTOR_REF = "actor_ref"
 
     @classmethod
     def parse(cls, value: Role | str) -> Role:
@@ -26,7 +29,7 @@ class Role(str, Enum):  # noqa: UP042 - StrEnum would change str() and f"{}" of 
 
     @property
     def has_actor(self) -> bool:
-        return self in (Role.ACTOR, Role.ACTOR_ROLLOUT, Role.ACTOR_ROLLOUT_REF)
+        return self in (Role.ACTOR, Role.ACTOR_ROLLOUT, Role.ACTOR_ROLLOUT_REF, Role.ACTOR_REF)
 
     @property
     def has_rollout(self) -> bool:
@@ -34,4 +37,4 @@ class Role(str, Enum):  # noqa: UP042 - StrEnum would change str() and f"{}" of 
 
     @property
     def has_ref(self) -> bool:
-        return self in (Role.REF, Role.ACTOR_ROLLOUT_REF)
+        return self in (Role.REF, Role.ACTOR_ROLLOUT_REF, Role.ACTOR_REF)

@@ -10,12 +10,23 @@ each gather is a collective. Tied embeddings are sent under both names: the vLLM
 backend repacks a layer only when a weight for it arrives. With LoRA the state holds
 `MergedLoraWeight`s (workers/lora.py): base, A and B are gathered and merged in fp32, then
 cast, so the engine samples from exactly what the adapted actor computes.
+
+Engines in other processes (asynchronous training: workers/rollout_engine_worker.py) get
+the same pairs from `collect_full_weights`, gathered by every rank and kept by rank 0,
+which the fused worker's `export_weights` places once in Ray's object store as
+`SharedWeights`: each tensor's bytes as a numpy array, which Ray stores out of band in
+its shared memory and hands to every reader as a view into it (a pickled torch tensor is
+copied into a byte string on the way in and again on the way out). An engine on the same
+node loads straight from that shared memory.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import warnings
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 from torch.distributed.tensor import DTensor
 
@@ -78,3 +89,84 @@ class EngineWeightSync:
         )
         self.rollout.update_weights(weights)
         self.synced = True
+
+
+def collect_full_weights(
+    state: dict[str, torch.Tensor], dtype: torch.dtype, bucket_bytes: int, tie_word_embeddings: bool, keep: bool
+) -> list[tuple[str, torch.Tensor]] | None:
+    """Every full weight in `dtype` (a collective: every rank calls it, and every rank walks
+    all of `iter_full_weights` so the gathers match); the pairs where `keep`, else None.
+
+    A kept tensor never aliases the actor's live parameters (with one rank and the actor's
+    own dtype the "gather" is the local tensor itself): the caller may hold the pairs across
+    later updates."""
+    live = {t.to_local().untyped_storage().data_ptr() for t in state.values() if isinstance(t, DTensor)}
+    live |= {
+        t.untyped_storage().data_ptr()
+        for t in state.values()
+        if isinstance(t, torch.Tensor) and not isinstance(t, DTensor)
+    }
+    pairs = []
+    for name, tensor in iter_full_weights(state, dtype, bucket_bytes, tie_word_embeddings):
+        if keep:
+            tensor = tensor.detach()
+            pairs.append((name, tensor.clone() if tensor.untyped_storage().data_ptr() in live else tensor))
+    return pairs if keep else None
+
+
+@dataclass
+class SharedWeights:
+    """Full (HF name, tensor) weights in the form Ray's object store shares without copies:
+    each distinct tensor's bytes as a flat uint8 numpy array (stored out of band, read back
+    as a view into the store's shared memory), with the dtype and shape to view it as.
+    Iterating yields (name, tensor) pairs, as `VLLMRollout.update_weights` takes them; the
+    tensors are read-only views (an engine copies them into its own parameters).
+
+    `same_as` names a weight that is another's (tied embeddings: `lm_head.weight` is
+    `model.embed_tokens.weight`): it is sent under both names and stored once."""
+
+    names: list[str] = field(default_factory=list)
+    slots: list[int] = field(default_factory=list)  # names[i]'s tensor is arrays[slots[i]]
+    arrays: list[np.ndarray] = field(default_factory=list)
+    dtypes: list[str] = field(default_factory=list)  # per array: torch dtype name ("bfloat16")
+    shapes: list[tuple[int, ...]] = field(default_factory=list)
+
+    @classmethod
+    def from_pairs(
+        cls, pairs: Iterable[tuple[str, torch.Tensor]], same_as: dict[str, str] | None = None
+    ) -> SharedWeights:
+        """Views of the pairs' tensors (moved to the host); `ray.put` copies them into the store."""
+        shared, slot_of = cls(), {}
+        for name, tensor in pairs:
+            twin = (same_as or {}).get(name)
+            if twin in slot_of and tuple(tensor.shape) == shared.shapes[slot_of[twin]]:
+                slot_of[name] = slot_of[twin]
+            else:
+                flat = tensor.detach().to("cpu").contiguous().reshape(-1)
+                slot_of[name] = len(shared.arrays)
+                shared.arrays.append(flat.view(torch.uint8).numpy())
+                shared.dtypes.append(str(tensor.dtype).removeprefix("torch."))
+                shared.shapes.append(tuple(tensor.shape))
+            shared.names.append(name)
+            shared.slots.append(slot_of[name])
+        return shared
+
+    def tensor(self, slot: int) -> torch.Tensor:
+        with warnings.catch_warnings():
+            # Read from the object store the array is read-only; torch warns that its tensor
+            # would not be. The engine only reads it (copies it into its parameters).
+            warnings.filterwarnings("ignore", message=".*not writable.*")
+            raw = torch.from_numpy(self.arrays[slot])
+        return raw.view(getattr(torch, self.dtypes[slot])).reshape(self.shapes[slot])
+
+    def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
+        for name, slot in zip(self.names, self.slots):
+            yield name, self.tensor(slot)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes stored (a tied weight once)."""
+        return sum(int(a.nbytes) for a in self.arrays)

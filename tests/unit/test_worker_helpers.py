@@ -25,9 +25,11 @@ def test_role_parses_verl_strings_and_names_what_it_holds():
         Role.REF: (False, False, True),
         Role.ACTOR_ROLLOUT: (True, True, False),
         Role.ACTOR_ROLLOUT_REF: (True, True, True),
+        Role.ACTOR_REF: (True, False, True),
     }
     with pytest.raises(
-        ValueError, match=r"role='critic' is not one of actor, rollout, ref, actor_rollout, actor_rollout_ref"
+        ValueError,
+        match=r"role='critic' is not one of actor, rollout, ref, actor_rollout, actor_rollout_ref, actor_ref",
     ):
         Role.parse("critic")
 

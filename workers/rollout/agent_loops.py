@@ -7,13 +7,18 @@
   deterministic environments gives its tokens exactly;
 - `tool_agent` (verl's name): that loop where the environment is the verl tools of
   multi_turn.tool_config_path (hermes tool calls in the model's text).
+
+and the loops a run knows (`agent_loop_classes`): those, the registered ones, and the
+entries of agent.agent_loop_config_path (`read_agent_loop_config`).
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
 
-from workers.rollout.agent_loop import AgentLoop, RolloutCall
+from reward.user_code import load_user_file
+from workers.rollout.agent_loop import AGENT, AGENT_LOOP_REGISTRY, AgentLoop, RolloutCall
 from workers.rollout.multi_turn import MULTI_TURN, Trajectory
 
 
@@ -76,3 +81,68 @@ BUILT_IN_AGENT_LOOPS: dict[str, type[AgentLoop]] = {
     "environment_agent": EnvironmentAgentLoop,
     "tool_agent": ToolAgentLoop,
 }
+
+
+def known(loops) -> str:
+    return ", ".join(sorted(loops))
+
+
+def agent_loop_classes(agent) -> dict[str, type[AgentLoop]]:
+    """The registered loops (built-ins first) plus the entries of agent_loop_config_path."""
+    classes = {**BUILT_IN_AGENT_LOOPS, **AGENT_LOOP_REGISTRY}
+    if agent.agent_loop_config_path:
+        for name, cls, kwargs in read_agent_loop_config(agent.agent_loop_config_path):
+            classes[name] = _bound(cls, kwargs) if kwargs else cls
+    return classes
+
+
+def _bound(cls: type[AgentLoop], kwargs: dict) -> type[AgentLoop]:
+    """`cls` with an entry's settings bound, as a class the rollout instantiates."""
+    return type(cls.__name__, (cls,), {"__init__": lambda self, rollout: cls.__init__(self, rollout, **kwargs)})
+
+
+def read_agent_loop_config(path: str) -> list[tuple[str, type[AgentLoop], dict]]:
+    """(name, class, settings) of each entry of an agent_loop_config_path YAML file; a
+    mistake names the file, the entry and what to change."""
+    import os
+
+    import yaml
+
+    key = f"{AGENT}.agent_loop_config_path"
+    full = os.path.abspath(os.path.expanduser(path))
+    if not os.path.isfile(full):
+        raise FileNotFoundError(f"{key}={path!r}: no such file")
+    with open(full) as f:
+        entries = yaml.safe_load(f) or []
+    if not isinstance(entries, list):
+        raise ValueError(f"{key}: {full} must hold a list of entries (- name: ..., _target_: ...)")
+    loaded = []
+    for index, entry in enumerate(entries):
+        where = f"{key}: {full} entry {index}"
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+            raise ValueError(f"{where} needs a name (the agent_name rows use)")
+        settings = {k: v for k, v in entry.items() if k not in ("name", "_target_", "path", "class_name")}
+        loaded.append((entry["name"], _entry_class(entry, where, full), settings))
+    return loaded
+
+
+def _entry_class(entry: dict, where: str, config_file: str) -> type[AgentLoop]:
+    if "_target_" in entry:
+        module_name, _, attr = str(entry["_target_"]).rpartition(".")
+        try:
+            cls = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError, ValueError) as err:
+            raise ImportError(f"{where}: cannot import _target_={entry['_target_']!r} ({err})") from err
+    elif "path" in entry and "class_name" in entry:
+        import os
+
+        path = os.path.join(os.path.dirname(config_file), os.path.expanduser(str(entry["path"])))
+        module, resolved = load_user_file(path, f"{where} path", "agent loop", "agent_loop")
+        cls = getattr(module, str(entry["class_name"]), None)
+        if cls is None:
+            raise AttributeError(f"{where}: {resolved} defines no {entry['class_name']!r}")
+    else:
+        raise ValueError(f"{where} needs _target_ (pkg.module.Class) or path and class_name")
+    if not (inspect.isclass(cls) and issubclass(cls, AgentLoop)):
+        raise TypeError(f"{where}: {cls!r} is not a subclass of workers.rollout.agent_loop.AgentLoop")
+    return cls

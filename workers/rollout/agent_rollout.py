@@ -28,26 +28,40 @@ step` is awaited with the same limit. One trajectory's error or time-out ends on
 trajectory (with `tolerate_env_errors`; otherwise the run stops, as in the lock-step loop).
 
 Per-sample fields for the metrics (`summarize_agents`): each trajectory's latency, its wait
-for environments, and its rank's engine busy share and trajectories in flight.
+for environments, its model turns aborted and redone, and its rank's engine busy share and
+trajectories in flight.
+
+Two ways in, one path for the trajectories. `generate_sequences` is the fused worker's: a
+driver for the call, the trajectories on `num_workers` event loops in threads. `agenerate`
+is a rollout engine worker's (workers/rollout_engine_worker.py): the trajectories run as
+coroutines on the caller's own event loop, over a long-lived driver that several calls
+share, while the worker loads new weights between engine requests. Each model turn is
+stamped with the policy version the worker serves when its request returns (the worker
+changes the version only while the driver is paused with no request in the engine, so one
+request never spans two versions), and a turn aborted by a load (`GenerationAborted`) is
+sampled again from the same prompt on the new weights; its partial tokens never reach the
+trajectory. `agenerate` with `version` returns the stamps: `rollout_versions` (B, R) per
+response token (-1 where the model did not sample), `policy_version` per sample (the oldest
+version among its model tokens).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
-import importlib
-import inspect
 import threading
 import time
+from collections.abc import Callable
 
 import numpy as np
+import torch
 
 from protocol.data_proto import DataProto
 from reward.environments.pool import Outcome
-from reward.user_code import load_user_file
-from workers.rollout.agent_loop import AGENT_LOOP_REGISTRY, AgentLoop, RolloutCall
-from workers.rollout.agent_loops import BUILT_IN_AGENT_LOOPS
-from workers.rollout.async_engine import AsyncEngineDriver
+from workers.rollout.agent_loop import AgentLoop, RolloutCall
+from workers.rollout.agent_loops import agent_loop_classes, known, read_agent_loop_config
+from workers.rollout.async_engine import AsyncEngineDriver, GenerationAborted
 from workers.rollout.base import (
     GeneratedTurn,
     SamplingSettings,
@@ -60,6 +74,40 @@ from workers.rollout.openai_server import OpenAIEndpoint
 from workers.rollout.vllm_params import vllm_sampling_params
 
 AGENT = "actor_rollout_ref.rollout.agent"
+
+
+def check_shared_driver(agent) -> None:
+    """Refuse what `agenerate` cannot do: the OpenAI endpoint serves one call's driver and sampling."""
+    if agent.enable_http_endpoint:
+        raise ValueError(
+            f"{AGENT}.enable_http_endpoint=true serves the fused worker's engine during one generate_sequences "
+            f"call; rollout engines in their own processes (asynchronous training) do not run it; set it to false"
+        )
+
+
+class _Running:
+    """One trajectory's link to the engine while its loop runs (the context of its task):
+    the driver its turns go to, where the policy version is read, and the version of the
+    turns returned since the trajectory's tokens were last stamped."""
+
+    def __init__(self, trajectory: Trajectory, driver: AsyncEngineDriver, version: Callable[[], int]):
+        self.trajectory, self.driver, self.version = trajectory, driver, version
+        self.pending: int | None = None
+
+    def stamp(self) -> None:
+        """Versions for the tokens appended since the last stamp: the model's (mask 1) came
+        from the turns returned since then (the oldest of them, should a loop run two
+        turns at once), the rest (observations, a closing EOS) from no policy: -1."""
+        t = self.trajectory
+        del t.versions[len(t.mask) :]  # a loop that cut its trajectory back
+        v = -1 if self.pending is None else self.pending
+        t.versions += [v if m else -1 for m in t.mask[len(t.versions) :]]
+        self.pending = None
+
+
+# The trajectory a task runs: each trajectory's coroutine is its own task (asyncio.gather),
+# so each sees its own; tasks a loop spawns inherit it.
+_RUNNING: contextvars.ContextVar[_Running] = contextvars.ContextVar("agent_trajectory")
 
 
 class AgentRollout:
@@ -77,14 +125,15 @@ class AgentRollout:
         self.endpoint: OpenAIEndpoint | None = None  # agent.enable_http_endpoint, during a call
         # Classes now (a file or import that fails stops the run before any rollout); an
         # instance when a call first needs it (tool_agent needs tools only when rows use it).
-        self.classes = _agent_loop_classes(self.agent)
+        self.classes = agent_loop_classes(self.agent)
         self.loops: dict[str, AgentLoop] = {}
         default = self.agent.default_agent_loop
         if default is not None and default not in self.classes:
             raise ValueError(
-                f"{AGENT}.default_agent_loop={default!r} is not an agent loop; known: {_known(self.classes)}"
+                f"{AGENT}.default_agent_loop={default!r} is not an agent loop; known: {known(self.classes)}"
             )
         self._params = {}  # (settings, budget) -> SamplingParams
+        self.activity = _Activity()
 
     @property
     def config(self):
@@ -106,19 +155,14 @@ class AgentRollout:
 
     # ------------------------------------------------------------------ one call
     def generate_sequences(self, prompts: DataProto) -> DataProto:
-        settings = sampling_settings(self.config, prompts.meta_info)
-        call = RolloutCall(prompts, self._rows(prompts), settings)
-        trajectories = [Trajectory(row=i, sample=s) for i in range(len(prompts)) for s in range(settings.n)]
-        names = [self._loop_name(call, t) for t in trajectories]
-        for name in sorted(set(names)):
-            if name not in self.loops:
-                self.loops[name] = self.classes[name](self)
+        """The fused worker's call: a driver of its own, the trajectories on num_workers event loops in threads."""
+        call, trajectories, names = self._prepare(prompts)
         self.driver = AsyncEngineDriver(self.engine.llm, name="agent-rollout")
         tracker = _InFlight()
         try:
             if self.agent.enable_http_endpoint:
-                self.endpoint = self._endpoint(settings)
-            self._run(call, trajectories, names, tracker)
+                self.endpoint = self._endpoint(call.settings)
+            self._run_threads(call, trajectories, names, tracker, self.driver)
             stats = self.driver.stats()
         finally:
             if self.endpoint is not None:
@@ -127,11 +171,50 @@ class AgentRollout:
             self.driver.close()
             self.driver = None
         busy = stats.busy_s / stats.wall_s if stats.wall_s > 0 else 0.0
+        return self._output(prompts, call, trajectories, busy, tracker)
+
+    async def agenerate(
+        self, prompts: DataProto, driver: AsyncEngineDriver, version: Callable[[], int] | None = None
+    ) -> DataProto:
+        """A rollout engine worker's call: the trajectories as coroutines on the running event
+        loop, their requests on `driver` (shared with the worker's other calls in flight).
+        `version()` is the policy version the engine serves; with it each sample carries its
+        stamps (`rollout_versions`, `policy_version`; see the module's docstring)."""
+        check_shared_driver(self.agent)
+        call, trajectories, names = self._prepare(prompts)
+        tracker = _InFlight()
+        before = driver.stats()
+        bound = self.agent.max_trajectories_in_flight or len(trajectories)
+        work = list(zip(trajectories, names))
+        await self._run_share(call, work, max(int(bound), 1), tracker, driver, version or _no_version)
+        after = driver.stats()
+        wall = after.wall_s - before.wall_s
+        busy = min(max((after.busy_s - before.busy_s) / wall, 0.0), 1.0) if wall > 0 else 0.0
+        output = self._output(prompts, call, trajectories, busy, tracker)
+        if version is not None:
+            _add_versions(output, trajectories, version())
+        return output
+
+    def _prepare(self, prompts: DataProto) -> tuple[RolloutCall, list[Trajectory], list[str]]:
+        """The call's shared state, its trajectories (n per row, a row's samples adjacent), their loops' names."""
+        settings = sampling_settings(self.config, prompts.meta_info)
+        call = RolloutCall(prompts, self._rows(prompts), settings)
+        trajectories = [Trajectory(row=i, sample=s) for i in range(len(prompts)) for s in range(settings.n)]
+        names = [self._loop_name(call, t) for t in trajectories]
+        for name in sorted(set(names)):
+            if name not in self.loops:
+                self.loops[name] = self.classes[name](self)
+        return call, trajectories, names
+
+    def _output(
+        self, prompts: DataProto, call: RolloutCall, trajectories: list[Trajectory], busy: float, tracker: _InFlight
+    ) -> DataProto:
+        n = call.settings.n
         fields = _agent_fields(trajectories, busy, tracker)
         if self.config.multi_turn.enable:
-            output = self.multi_turn.assemble(prompts, trajectories, settings.n)
+            output = self.multi_turn.assemble(prompts, trajectories, n)
         else:
-            output = self._single_turn_output(prompts, trajectories, settings.n)
+            output = self._single_turn_output(prompts, trajectories, n)
         output.non_tensor_batch.update(fields)
         output.meta_info["metrics"] = {**output.meta_info.get("metrics", {}), **summarize_agents(fields)}
         return output
@@ -169,12 +252,19 @@ class AgentRollout:
         name = call.rows[trajectory.row].get("agent_name") or self.default_loop()
         if name not in self.classes:
             raise ValueError(
-                f"batch row {trajectory.row}: agent_name={name!r} is not an agent loop; known: {_known(self.classes)} "
+                f"batch row {trajectory.row}: agent_name={name!r} is not an agent loop; known: {known(self.classes)} "
                 f"(register one with {AGENT}.agent_loop_config_path)"
             )
         return str(name)
 
-    def _run(self, call: RolloutCall, trajectories: list[Trajectory], names: list[str], tracker: _InFlight) -> None:
+    def _run_threads(
+        self,
+        call: RolloutCall,
+        trajectories: list[Trajectory],
+        names: list[str],
+        tracker: _InFlight,
+        driver: AsyncEngineDriver,
+    ) -> None:
         """Every trajectory to its end, spread over up to num_workers event loops in threads."""
         bound = self.agent.max_trajectories_in_flight or len(trajectories)
         workers = max(min(int(self.agent.num_workers), bound, len(trajectories)), 1)
@@ -183,8 +273,9 @@ class AgentRollout:
         errors: list[BaseException] = []
 
         def worker(share: list[int], limit: int) -> None:
+            work = [(trajectories[i], names[i]) for i in share]
             try:
-                asyncio.run(self._run_share(call, [(trajectories[i], names[i]) for i in share], limit, tracker))
+                asyncio.run(self._run_share(call, work, limit, tracker, driver, _no_version))
             except BaseException as error:  # re-raised on the calling thread below
                 errors.append(error)
 
@@ -199,18 +290,31 @@ class AgentRollout:
         if errors:
             raise errors[0]
 
-    async def _run_share(self, call: RolloutCall, work: list, limit: int, tracker: _InFlight) -> None:
+    async def _run_share(
+        self,
+        call: RolloutCall,
+        work: list,
+        limit: int,
+        tracker: _InFlight,
+        driver: AsyncEngineDriver,
+        version: Callable[[], int],
+    ) -> None:
         gate = asyncio.Semaphore(limit)
 
         async def one(trajectory: Trajectory, name: str) -> None:
             async with gate:
+                running = _Running(trajectory, driver, version)
+                _RUNNING.set(running)  # this task's context only
                 tracker.enter()
+                self.activity.change(trajectories=1)
                 start = time.perf_counter()
                 try:
                     await self.loops[name].run(trajectory, call)
                 finally:
+                    running.stamp()
                     trajectory.latency_s = time.perf_counter() - start
                     tracker.leave()
+                    self.activity.change(trajectories=-1)
 
         await asyncio.gather(*(one(t, name) for t, name in work))
 
@@ -230,10 +334,34 @@ class AgentRollout:
 
     # ------------------------------------------------------------------ what loops call
     async def generate(self, prompt_ids: list[int], max_tokens: int, settings: SamplingSettings) -> GeneratedTurn:
+        """One model turn of the trajectory this task runs. A turn aborted by a weight load
+        is sampled again from the same prompt once the driver resumes, on the new weights."""
+        running = _RUNNING.get(None)
+        if running is None:
+            raise RuntimeError(
+                "AgentRollout.generate serves the trajectories of generate_sequences/agenerate; call it from an "
+                "agent loop's run() (or a task it starts)"
+            )
         key = (settings, int(max_tokens))
         if key not in self._params:
             self._params[key] = vllm_sampling_params(dataclasses.replace(settings, n=1, max_tokens=int(max_tokens)))
-        turn = await self.driver.generate(list(prompt_ids), self._params[key])
+        running.stamp()  # the tokens the loop appended since its previous turn
+        self.activity.change(requests=1)
+        try:
+            while True:
+                try:
+                    turn = await running.driver.generate(list(prompt_ids), self._params[key])
+                    break
+                except GenerationAborted:
+                    # A closed driver refuses the retry with its own error, so this ends.
+                    running.trajectory.aborted_turns += 1
+                    self.activity.change(aborted=1)
+            # Read at once on resuming: the worker changes versions only while the driver is
+            # paused, after the loop has run the wake-ups of every request that returned.
+            version = running.version()
+        finally:
+            self.activity.change(requests=-1)
+        running.pending = version if running.pending is None else min(running.pending, version)
         return GeneratedTurn(turn.token_ids[:max_tokens], turn.log_probs[:max_tokens], turn.finish_reason)
 
     async def env_call(self, trajectory: Trajectory, fn, coroutine=None) -> Outcome:
@@ -277,6 +405,53 @@ class _LockedTokenizer:
                 return value(*args, **kwargs)
 
         return locked
+
+
+class _Activity:
+    """What the rollout is doing now, over all its calls (a worker's `stats()`): trajectories
+    running, engine requests awaited (queued or in the engine), and turns aborted by weight
+    loads since it was built."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.trajectories = self.requests = self.aborted = 0
+
+    def change(self, trajectories: int = 0, requests: int = 0, aborted: int = 0) -> None:
+        with self.lock:
+            self.trajectories += trajectories
+            self.requests += requests
+            self.aborted += aborted
+
+    def snapshot(self) -> dict[str, int]:
+        with self.lock:
+            return {
+                "trajectories_in_flight": self.trajectories,
+                "requests_in_flight": self.requests,
+                "aborted_turns": self.aborted,
+            }
+
+
+def _no_version() -> int:
+    return 0
+
+
+def _add_versions(output: DataProto, trajectories: list[Trajectory], current: int) -> None:
+    """`rollout_versions` (B, R): each response token's policy version, -1 where the response
+    mask is 0 (observations, padding, what assemble cut); `policy_version` per sample: the
+    oldest version among its sampled tokens (`current`, the engine's now, for a sample
+    without one)."""
+    mask = output.batch["response_mask"].bool()
+    width = mask.shape[1]
+    versions = torch.full(mask.shape, -1, dtype=torch.int64)
+    for i, t in enumerate(trajectories):
+        row = t.versions[:width]
+        versions[i, : len(row)] = torch.tensor(row, dtype=torch.int64)
+    versions[~mask] = -1
+    # Tokens a loop put in with mask 1 without sampling them carry -1: no version to count.
+    sampled = versions >= 0
+    oldest = [int(v[m].min()) if m.any() else int(current) for v, m in zip(versions, sampled)]
+    output.batch["rollout_versions"] = versions
+    output.non_tensor_batch["policy_version"] = _column(oldest)
 
 
 class _InFlight:
@@ -325,6 +500,7 @@ def _agent_fields(trajectories: list[Trajectory], busy: float, tracker: _InFligh
         "agent_latency_s": _column([t.latency_s for t in trajectories]),
         "agent_env_wait_s": _column([t.env_wait_s for t in trajectories]),
         "agent_turns": _column([t.turns for t in trajectories]),
+        "agent_aborted_turns": _column([t.aborted_turns for t in trajectories]),
         "agent_engine_busy_share": _column([busy] * count),
         "agent_in_flight_max": _column([tracker.max] * count),
         "agent_in_flight_mean": _column([tracker.mean()] * count),
@@ -349,75 +525,8 @@ def summarize_agents(non_tensor_batch) -> dict[str, float]:
         "agent/in_flight/max": float(np.max(list(non_tensor_batch["agent_in_flight_max"]))),
         "agent/in_flight/mean": float(np.mean(list(non_tensor_batch["agent_in_flight_mean"]))),
         "agent/turns/mean": float(np.mean(list(non_tensor_batch["agent_turns"]))),
+        "agent/aborted_turns": float(np.sum(list(non_tensor_batch.get("agent_aborted_turns", [0])))),
     }
-
-
-# ---------------------------------------------------------------------- the loops a run knows
-
-
-def _known(loops) -> str:
-    return ", ".join(sorted(loops))
-
-
-def _agent_loop_classes(agent) -> dict[str, type[AgentLoop]]:
-    """The registered loops (built-ins first) plus the entries of agent_loop_config_path."""
-    classes = {**BUILT_IN_AGENT_LOOPS, **AGENT_LOOP_REGISTRY}
-    if agent.agent_loop_config_path:
-        for name, cls, kwargs in read_agent_loop_config(agent.agent_loop_config_path):
-            classes[name] = _bound(cls, kwargs) if kwargs else cls
-    return classes
-
-
-def _bound(cls: type[AgentLoop], kwargs: dict) -> type[AgentLoop]:
-    """`cls` with an entry's settings bound, as a class the rollout instantiates."""
-    return type(cls.__name__, (cls,), {"__init__": lambda self, rollout: cls.__init__(self, rollout, **kwargs)})
-
-
-def read_agent_loop_config(path: str) -> list[tuple[str, type[AgentLoop], dict]]:
-    """(name, class, settings) of each entry of an agent_loop_config_path YAML file; a
-    mistake names the file, the entry and what to change."""
-    import os
-
-    import yaml
-
-    key = f"{AGENT}.agent_loop_config_path"
-    full = os.path.abspath(os.path.expanduser(path))
-    if not os.path.isfile(full):
-        raise FileNotFoundError(f"{key}={path!r}: no such file")
-    with open(full) as f:
-        entries = yaml.safe_load(f) or []
-    if not isinstance(entries, list):
-        raise ValueError(f"{key}: {full} must hold a list of entries (- name: ..., _target_: ...)")
-    loaded = []
-    for index, entry in enumerate(entries):
-        where = f"{key}: {full} entry {index}"
-        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
-            raise ValueError(f"{where} needs a name (the agent_name rows use)")
-        settings = {k: v for k, v in entry.items() if k not in ("name", "_target_", "path", "class_name")}
-        loaded.append((entry["name"], _entry_class(entry, where, full), settings))
-    return loaded
-
-
-def _entry_class(entry: dict, where: str, config_file: str) -> type[AgentLoop]:
-    if "_target_" in entry:
-        module_name, _, attr = str(entry["_target_"]).rpartition(".")
-        try:
-            cls = getattr(importlib.import_module(module_name), attr)
-        except (ImportError, AttributeError, ValueError) as err:
-            raise ImportError(f"{where}: cannot import _target_={entry['_target_']!r} ({err})") from err
-    elif "path" in entry and "class_name" in entry:
-        import os
-
-        path = os.path.join(os.path.dirname(config_file), os.path.expanduser(str(entry["path"])))
-        module, resolved = load_user_file(path, f"{where} path", "agent loop", "agent_loop")
-        cls = getattr(module, str(entry["class_name"]), None)
-        if cls is None:
-            raise AttributeError(f"{where}: {resolved} defines no {entry['class_name']!r}")
-    else:
-        raise ValueError(f"{where} needs _target_ (pkg.module.Class) or path and class_name")
-    if not (inspect.isclass(cls) and issubclass(cls, AgentLoop)):
-        raise TypeError(f"{where}: {cls!r} is not a subclass of workers.rollout.agent_loop.AgentLoop")
-    return cls
 
 
 __all__ = ["AgentRollout", "read_agent_loop_config", "summarize_agents"]

@@ -151,6 +151,10 @@ class Trajectory:
     env_metrics: dict = field(default_factory=dict)
     latency_s: float = 0.0  # mode=async: from its start to its end
     env_wait_s: float = 0.0  # mode=async: waiting for its environment
+    # mode=async: per response token, the policy version whose weights sampled it (-1: not
+    # the model's); filled by AgentRollout as turns return (weights may change between turns).
+    versions: list[int] = field(default_factory=list)
+    aborted_turns: int = 0  # mode=async: model turns aborted by a weight load and sampled again
 
 
 def template_renders_tool_responses(tokenizer) -> bool:

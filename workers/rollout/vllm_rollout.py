@@ -13,6 +13,9 @@ token-in-token-out primitive of multi-turn rollouts (`TokensPrompt` in, sampled 
 a per-request `max_tokens`); with `multi_turn.enable` `generate_sequences` runs the loop
 of workers/rollout/multi_turn.py on it. With `mode=async` it runs the agent loops of
 workers/rollout/agent_rollout.py instead, one coroutine per trajectory on the same engine.
+A rollout engine worker (workers/rollout_engine_worker.py, asynchronous training) holds one
+in a process of its own: it loads the weights the trainer exports through `update_weights`
+and runs the agent loops on its own event loop (`self.agents.agenerate`).
 """
 
 from __future__ import annotations
