@@ -39,8 +39,8 @@ from hybrid.preflight import check_inputs
 
 
 def run_ppo(config: HybridConfig) -> None:
-    """Build data, reward, worker groups and train; implemented in hybrid/trainer.py."""
-    from hybrid.trainer import run_ppo as _run
+    """Build data, reward, worker groups and train; implemented in hybrid/run.py."""
+    from hybrid.run import run_ppo as _run
 
     _run(config)
 

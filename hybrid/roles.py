@@ -28,7 +28,8 @@ def wants_ray(config) -> bool:
                 f"{config.world_size}; use trainer.worker_group=ray or set both to 1"
             )
         return False
-    return choice == "ray" or config.world_size > 1
+    # Asynchronous training runs the engines in Ray actors beside the training group.
+    return choice == "ray" or config.world_size > 1 or config.async_mode is not None
 
 
 # Ray logs its notice that a local cluster uses token authentication here (an understood,
@@ -57,6 +58,13 @@ def init_ray_if_needed(config) -> None:
     ray.init(**kwargs)
 
 
+def cpus_per_slot_for(config) -> int:
+    """CPU cores per device slot when there is no GPU: the machine's cores split over the
+    training slots, and the rollout engines' slots when they have their own."""
+    slots = config.trainer.n_gpus_per_node + (config.rollout.n_gpus_per_node if config.async_mode else 0)
+    return max((os.cpu_count() or 1) // max(slots, 1), 1)
+
+
 def _worker_specs(config) -> dict:
     """{group name: (worker class, constructor args, constructor kwargs)} for this run."""
     from workers.actor_rollout_ref_worker import ActorRolloutRefWorker
@@ -64,7 +72,11 @@ def _worker_specs(config) -> dict:
     from workers.reward_model_worker import RewardModelWorker
 
     arr = config.actor_rollout_ref
-    role = Role.ACTOR_ROLLOUT_REF if config.use_reference_policy else Role.ACTOR_ROLLOUT
+    if config.async_mode is not None:
+        # The engines live in their own actors (hybrid/engines.py): the training group holds none.
+        role = Role.ACTOR_REF if config.use_reference_policy else Role.ACTOR
+    else:
+        role = Role.ACTOR_ROLLOUT_REF if config.use_reference_policy else Role.ACTOR_ROLLOUT
     specs = {"actor_rollout": (ActorRolloutRefWorker, (arr,), {"role": role})}
     if config.use_critic:
         specs["critic"] = (CriticWorker, (config.critic,), {})
@@ -87,7 +99,8 @@ def build_worker_groups(config) -> dict:
     init_ray_if_needed(config)
     gpu = is_cuda_available()
     slots = config.trainer.n_gpus_per_node
-    cpus_per_slot = 1.0 if gpu else max((os.cpu_count() or 1) // slots, 1)
+    # Asynchronous training: the engines' slots share the machine's cores with the trainer's.
+    cpus_per_slot = 1.0 if gpu else cpus_per_slot_for(config)
     pool = RayResourcePool(
         nnodes=config.trainer.nnodes,
         slots_per_node=slots,

@@ -43,12 +43,19 @@ class Rollouts:
         self.multi_turn = config.actor_rollout_ref.rollout.multi_turn.enable
         self.agent_loops = config.actor_rollout_ref.rollout.mode == "async"
         self.use_rm = config.reward_model.enable
-        self.actor_rollout_wg = None
+        self.generator = None  # what generates: the fused worker group, or the engines of async training
+        self.divisor = 1  # the generator's rows must split evenly over this many ranks
         self.rm_wg = None
         self.reward_metrics: dict[str, float] = {}
 
-    def attach(self, groups: dict) -> None:
-        self.actor_rollout_wg = groups["actor_rollout"]
+    def attach(self, groups: dict, generator=None) -> None:
+        """The worker groups once built; `generator` (anything with `generate_sequences`)
+        when not the fused worker group (asynchronous training's engines, which split rows
+        themselves)."""
+        if generator is None:
+            self.generator, self.divisor = groups["actor_rollout"], self.world_size
+        else:
+            self.generator, self.divisor = generator, 1
         self.rm_wg = groups.get("rm")
 
     def take_metrics(self) -> dict[str, float]:
@@ -57,9 +64,9 @@ class Rollouts:
         return metrics
 
     def generate(self, gen_batch: DataProto) -> DataProto:
-        """Pad the prompts to the world size, generate, and drop the padding's samples."""
-        padded, pad = pad_dataproto_to_divisor(gen_batch, self.world_size)
-        output = self.actor_rollout_wg.generate_sequences(padded)
+        """Pad the prompts to the generator's ranks, generate, and drop the padding's samples."""
+        padded, pad = pad_dataproto_to_divisor(gen_batch, self.divisor)
+        output = self.generator.generate_sequences(padded)
         if pad:
             n = int(output.meta_info.get("n", len(output) // len(padded)))
             output = output[: len(output) - pad * n]
@@ -96,30 +103,50 @@ class Rollouts:
         result["reward_tensor"] = result["reward_tensor"] + env_rewards
         return result
 
-    def score(self, batch: DataProto, reward_fn) -> tuple[torch.Tensor, dict]:
+    def score(self, batch: DataProto, reward_fn, into: dict | None = None) -> tuple[torch.Tensor, dict]:
+        """Token-level scores and the reward function's extra info; its metrics go to `into`
+        (default: the step's reward metrics)."""
+        into = self.reward_metrics if into is None else into
         result = self.judge(batch, reward_fn)
         scores = result["reward_tensor"]
         extra = dict(result.get("reward_extra_info", {}))
-        self.reward_metrics.update(result.get("reward_metrics", {}))
+        into.update(result.get("reward_metrics", {}))
         # Extra keys of a dict-valued score become metrics (their batch mean).
         for key, values in numeric_columns(extra, len(batch)).items():
-            self.reward_metrics[f"reward_extra/{key}/mean"] = float(np.mean(values))
+            into[f"reward_extra/{key}/mean"] = float(np.mean(values))
         if self.use_rm:
             rm = self.rm_wg.compute_rm_score(batch).batch["rm_scores"]
             scores = rm if self.config.reward_model.combine == "rm_only" else scores + rm
             extra["rm_score"] = rm.sum(-1).tolist()
         return scores, extra
 
-    def rollout_and_score(self, batch: DataProto, timing: dict) -> tuple[DataProto, dict]:
-        n = self.config.actor_rollout_ref.rollout.n
+    def prepare(self, batch: DataProto) -> DataProto:
+        """A uid per prompt (into `batch`), and the prompts to generate from (popped from it)."""
         assign_uids(batch)
         gen_batch = self.gen_batch(batch)
         gen_batch.meta_info.update({"do_sample": True})
-        with timed("gen", timing):
-            gen_out = self.generate(gen_batch)
+        return gen_batch
+
+    def complete(
+        self, batch: DataProto, gen_out: DataProto, timing: dict, into: dict | None = None
+    ) -> tuple[DataProto, dict]:
+        """The prompts' rows repeated n times with their responses, scored; the rollout's and
+        the reward's metrics go to `into` (default: the step's reward metrics)."""
+        into = self.reward_metrics if into is None else into
         gen_out.meta_info.pop("timing", None)  # the driver times the call itself (timing_s/gen)
         # Logged with the step's metrics (a dynamic-sampling step: its last generation batch).
-        self.reward_metrics.update(self.multi_turn_metrics(gen_out))
+        into.update(self.multi_turn_metrics(gen_out))
+        n = int(gen_out.meta_info.get("n", self.config.actor_rollout_ref.rollout.n))
+        batch = batch.repeat(repeat_times=n, interleave=True).union(gen_out)
+        with timed("reward", timing):
+            scores, extra = self.score(batch, self.reward_fn, into)
+        batch.batch["token_level_scores"] = scores
+        return batch, extra
+
+    def rollout_and_score(self, batch: DataProto, timing: dict) -> tuple[DataProto, dict]:
+        gen_batch = self.prepare(batch)
+        with timed("gen", timing):
+            gen_out = self.generate(gen_batch)
         if self.config.algorithm.adv_estimator == "remax":
             with timed("gen_max", timing):
                 greedy = gen_batch.select(batch_keys=GEN_KEYS)
@@ -128,14 +155,9 @@ class Rollouts:
                 self.multi_turn_metrics(greedy_out)  # not the step's rollout: not logged
                 base = batch.select().union(greedy_out)  # union fills its receiver: keep batch as it was
                 base_scores, _ = self.score(base, self.reward_fn)
-                baselines = base_scores.sum(-1)
-        batch = batch.repeat(repeat_times=n, interleave=True).union(gen_out)
-        if self.config.algorithm.adv_estimator == "remax":
-            batch.batch["reward_baselines"] = baselines.repeat_interleave(n)
-        with timed("reward", timing):
-            scores, extra = self.score(batch, self.reward_fn)
-        batch.batch["token_level_scores"] = scores
-        return batch, extra
+            # remax's baseline joins the rows before they are repeated and scored.
+            batch.batch["reward_baselines"] = base_scores.sum(-1)
+        return self.complete(batch, gen_out, timing)
 
     def filtered_batch(self, batch_iter, timing: dict, metrics: dict) -> DataProto | None:
         """DAPO dynamic sampling: keep groups whose metric varies; generate more until full."""

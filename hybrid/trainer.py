@@ -14,10 +14,8 @@ resumable state hybrid/trainer_state.py's and checkpoints hybrid/checkpointing.p
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 
-import numpy as np
 import torch
 from tqdm import tqdm
 
@@ -59,9 +57,9 @@ class PPOTrainer:
         self.use_reference_policy = config.use_reference_policy
         self.world_size = config.world_size
         self.kl_ctrl = get_kl_controller(config.algorithm.kl_ctrl) if config.algorithm.use_kl_in_reward else None
-        self.total_training_steps = (
-            config.trainer.total_training_steps or len(train_dataloader) * config.trainer.total_epochs
-        )
+        self.total_training_steps = config.trainer.total_training_steps or self.steps_per_epoch(
+            config, train_dataloader
+        ) * int(config.trainer.total_epochs)
         # The learning-rate schedules span the run unless their own key says otherwise.
         self.config = config.with_schedule_steps(self.total_training_steps)
         self.state = TrainerState(train_dataloader, self.kl_ctrl)
@@ -73,6 +71,11 @@ class PPOTrainer:
         self.tracker: Tracking | None = None  # fit: it opens the run's log files
         self.stop: StopSignals | None = None  # fit: SIGTERM / Ctrl-C while it runs
         self.history: list[dict] = []
+
+    @staticmethod
+    def steps_per_epoch(config, train_dataloader) -> int:
+        """Steps one pass over the training data makes (a step per data loader batch)."""
+        return len(train_dataloader)
 
     # ------------------------------------------------------------------ workers
     def init_workers(self) -> None:
@@ -114,6 +117,12 @@ class PPOTrainer:
                 return None
         else:
             batch, _ = self.rollouts.rollout_and_score(batch, timing)
+        return self.update_step(batch, metrics, timing)
+
+    def update_step(self, batch: DataProto, metrics: dict, timing: dict) -> DataProto:
+        """Everything after the rollout: old and reference log-probs, values, advantages, the
+        critic's and the actor's updates, and the new weights to the engine."""
+        cfg = self.config
         batch.meta_info["global_steps"] = self.state.global_step
         actor = cfg.actor_rollout_ref.actor
         if cfg.trainer.balance_batch:
@@ -240,36 +249,56 @@ class PPOTrainer:
         )
         self._stop_if_requested(progress)
         state.global_step += 1
+        batches = self.scored_batches()
+        while True:
+            workers = (self.actor_rollout_wg, self.critic_wg)
+            with profiled_step(cfg.global_profiler, state.global_step, workers):
+                start = time.perf_counter()
+                scored = next(batches, None)
+                if scored is None:  # the data ran out (total_epochs)
+                    break
+                batch, metrics, timing = scored
+                batch = self.update_step(batch, metrics, timing)
+                timing["step"] = time.perf_counter() - start
+            last_step = state.global_step >= self.total_training_steps
+            last_val = self._step_metrics(batch, metrics, timing, last_step) or last_val
+            self.log_step(metrics)
+            progress.update(1)
+            if last_step:
+                break
+            self._stop_if_requested(progress)
+            state.global_step += 1
+        progress.close()
+        return last_val
+
+    def scored_batches(self):
+        """(batch, metrics, timing) per step: the step's prompts rolled out and scored, the
+        step's metrics and timings so far. Here the fused worker generates each step's batch
+        from the data loader, epoch after epoch (hybrid/async_trainer.py streams them from the
+        engines of asynchronous training instead)."""
+        cfg = self.config
         for _epoch in range(cfg.trainer.total_epochs if not cfg.trainer.total_training_steps else 10**9):
             batch_iter = iter(self.train_dataloader)
-            steps_at_epoch_start = state.global_step
+            produced = False
             for batch_dict in batch_iter:
                 metrics: dict[str, float] = {}
                 timing: dict[str, float] = {}
-                workers = (self.actor_rollout_wg, self.critic_wg)
-                with timed("step", timing), profiled_step(cfg.global_profiler, state.global_step, workers):
-                    batch = DataProto.from_single_dict(batch_dict)
-                    batch = self.train_step(batch, _dict_iter(batch_iter), metrics, timing)
-                if batch is None:
-                    continue
-                last_step = state.global_step >= self.total_training_steps
-                last_val = self._step_metrics(batch, metrics, timing, last_step) or last_val
-                self.log_step(metrics)
-                progress.update(1)
-                if last_step:
-                    progress.close()
-                    return last_val
-                self._stop_if_requested(progress)
-                state.global_step += 1
-            if state.global_step == steps_at_epoch_start:
+                batch = DataProto.from_single_dict(batch_dict)
+                if cfg.algorithm.filter_groups.enable:
+                    batch = self.rollouts.filtered_batch(_chain(batch, _dict_iter(batch_iter)), timing, metrics)
+                    if batch is None:
+                        continue
+                else:
+                    batch, _ = self.rollouts.rollout_and_score(batch, timing)
+                produced = True
+                yield batch, metrics, timing
+            if not produced:
                 # Only dynamic sampling can skip every batch; another epoch would do the same.
                 raise RuntimeError(
                     "a whole epoch of training data gave no batch to train on: algorithm.filter_groups dropped "
                     f"every group (no variation in {cfg.algorithm.filter_groups.metric!r}); check the "
                     "reward function and the data, or disable algorithm.filter_groups"
                 )
-        progress.close()
-        return last_val
 
     def _step_metrics(self, batch: DataProto, metrics: dict, timing: dict, last_step: bool) -> dict:
         """The step's reward, data, timing and throughput metrics into `metrics`, and the
@@ -317,95 +346,3 @@ def _dict_iter(batch_iter):
 def _chain(first: DataProto, rest):
     yield first
     yield from rest
-
-
-def build_dataloaders(config, tokenizer):
-    from hybrid.data import collate_fn, create_dataloader, create_rl_dataset, create_rl_sampler
-
-    data = config.data
-    rollout = config.actor_rollout_ref.rollout
-    if rollout.multi_turn.enable or rollout.mode == "async":
-        # Multi-turn and agent loops start each trajectory from the row's chat messages (raw_prompt).
-        data = dataclasses.replace(as_typed(config).data, return_raw_chat=True)
-    train_ds = create_rl_dataset(data.train_files, data, tokenizer)
-    train_dl = create_dataloader(
-        train_ds,
-        data.train_batch_size,
-        create_rl_sampler(data, train_ds),
-        collate_fn,
-        drop_last=True,
-        num_workers=data.dataloader_num_workers,
-    )
-    val_dl = None
-    if data.val_files:
-        val_ds = create_rl_dataset(data.val_files, data, tokenizer)
-        val_dl = create_dataloader(
-            val_ds,
-            data.val_batch_size or len(val_ds),
-            None,
-            collate_fn,
-            drop_last=False,
-            num_workers=data.dataloader_num_workers,
-        )
-    return train_dl, val_dl
-
-
-def val_num_examine(config) -> int:
-    """How many validation samples per data source the reward manager prints. verl prints
-    one (num_examine=1, as its main_ppo sets; not a config key); the console's table of
-    validation samples (`trainer.log_val_generations` with the `console` logger) shows that
-    same first sample, so then none: each sample once. Training prints none either way."""
-    table = config.trainer.log_val_generations > 0 and "console" in config.trainer.logger
-    return 0 if table else 1
-
-
-def run_ppo(config) -> dict:
-    """Train `config` (a HybridConfig, or a composed tree that is checked first): everything
-    `python -m hybrid.main_ppo` does after the command line."""
-    import random
-
-    from transformers import AutoTokenizer
-
-    from hybrid.console import print_header, print_summary
-    from hybrid.defaults import resolve_default_assets
-    from hybrid.roles import init_ray_if_needed, wants_ray
-    from reward.loader import load_reward_manager
-    from workers.device import select_device
-    from workers.engine_logs import ENGINE_LOG_DIR_ENV
-
-    config = resolve_default_assets(as_typed(config))  # prepares the default model and data when named
-    select_device(config.trainer.device)
-    seed = config.trainer.seed
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-    started = time.time()
-    model = config.actor_rollout_ref.model
-    tokenizer = AutoTokenizer.from_pretrained(model.tokenizer, trust_remote_code=model.trust_remote_code)
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    # Reward functions load (and fail) before any model does.
-    reward_fn = load_reward_manager(config, tokenizer, num_examine=0)
-    val_reward_fn = load_reward_manager(config, tokenizer, num_examine=val_num_examine(config))
-    train_dl, val_dl = build_dataloaders(config, tokenizer)
-    os.makedirs(config.trainer.default_local_dir, exist_ok=True)
-    # The engines' own log lines go to files there (workers/engine_logs.py), not the console.
-    os.environ[ENGINE_LOG_DIR_ENV] = os.path.abspath(config.trainer.default_local_dir)
-    trainer = PPOTrainer(config, tokenizer, train_dl, val_dl, reward_fn, val_reward_fn)
-    print_header(config, trainer)
-    if wants_ray(config):
-        init_ray_if_needed(config)  # before our handlers: ray.init replaces the driver's SIGTERM handler
-    try:
-        with StopSignals(defer=False):  # while the workers load, a signal ends the run at once
-            trainer.init_workers()
-        result = trainer.fit()
-    finally:
-        trainer.shutdown()
-    result["minutes"] = (time.time() - started) / 60
-    if config.trainer.plot_on_finish and "file" in config.trainer.logger:
-        from hybrid.plots import plot_metrics
-
-        run_dir = config.trainer.default_local_dir
-        result["plots"] = plot_metrics(os.path.join(run_dir, "metrics.jsonl"), os.path.join(run_dir, "plots"))
-    print_summary(config, result)
-    return result

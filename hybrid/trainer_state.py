@@ -1,5 +1,7 @@
 """The driver's resumable state, one object: the global step, the training data's position
-(the sampler's state), the adaptive KL coefficient and the driver's random generators.
+(the sampler's state; with asynchronous training also the prompt stream's, which says which
+prompts were handed out and not yet trained), the adaptive KL coefficient and the driver's
+random generators.
 hybrid/checkpointing.py saves `state_dict()` into a checkpoint's data.pt and hands it back
 through `load_state_dict`; the workers save their own state beside it.
 
@@ -17,10 +19,11 @@ import torch
 
 
 class TrainerState:
-    def __init__(self, train_dataloader, kl_ctrl=None):
-        self.global_step = 0  # the last finished step (0: none yet)
+    def __init__(self, train_dataloader, kl_ctrl=None, stream=None):
+        self.global_step = 0  # the step in progress, or the last finished one between steps
         self.train_dataloader = train_dataloader  # a StatefulDataLoader: its state is the data position
         self.kl_ctrl = kl_ctrl  # the adaptive KL controller of algorithm.use_kl_in_reward, if any
+        self.stream = stream  # asynchronous training's PromptStream (hybrid/prompt_stream.py), if any
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -28,6 +31,7 @@ class TrainerState:
             "dataloader": self.train_dataloader.state_dict(),
             "kl_coef": float(self.kl_ctrl.value) if self.kl_ctrl is not None else None,
             "rng": _rng_state(),
+            "stream": self.stream.state_dict() if self.stream is not None else None,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -37,6 +41,13 @@ class TrainerState:
             self.kl_ctrl.value = float(state["kl_coef"])
         if state.get("rng") is not None:  # absent in checkpoints written before it was kept
             _set_rng_state(state["rng"])
+        if self.stream is not None:
+            if state.get("stream") is None:
+                raise ValueError(
+                    "the checkpoint was written by a run without asynchronous training: it has no prompt stream "
+                    "position to resume from; resume it with async_training off, or start fresh"
+                )
+            self.stream.load_state_dict(state["stream"])
 
 
 def _rng_state() -> dict[str, Any]:

@@ -196,8 +196,8 @@ def tracing_driver_class():
     class TracingDriver(AsyncEngineDriver):
         last = None
 
-        def __init__(self, llm, name: str = "async-engine"):
-            super().__init__(llm, name)  # its thread idles until the first request
+        def __init__(self, llm, name: str = "async-engine", **kwargs):
+            super().__init__(llm, name, **kwargs)
             self.trace = {"arrived": [], "admitted": [], "finished": [], "resumed": [], "steps": []}
             self._engine = _EngineProbe(self._engine, self)
             TracingDriver.last = self

@@ -4,7 +4,7 @@ the typed sections (schema.py, composing the workers' own in workers/config), th
 
 `build_config(overrides)` is the Python API (notebooks, tests): it composes the yaml with
 the overrides and returns the frozen, checked `HybridConfig`; change it with
-`dataclasses.replace` and train it with `hybrid.trainer.run_ppo`.
+`dataclasses.replace` and train it with `hybrid.run.run_ppo`.
 """
 
 from __future__ import annotations

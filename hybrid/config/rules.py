@@ -10,6 +10,7 @@ import os
 from dataclasses import fields, is_dataclass
 from typing import Any
 
+from hybrid.config.rules_async import check_async
 from hybrid.config.schema import HybridConfig
 from protocol.config_schema import INVALID, Problems, fmt, section_names, valid
 from reward.config import OVERLONG, OVERLONG_KEYS, OVERLONG_VERL
@@ -112,6 +113,7 @@ def check_config(config: HybridConfig, problems: Problems, world_size: int | Non
             problems.add("reward_model.micro_batch_size_per_gpu=None must be a positive integer")
     _check_trainer(config, problems)
     _check_device_switches(config, problems)
+    check_async(config, problems)
 
 
 def _world(config: HybridConfig, world_size: int | None) -> tuple[int | None, str]:

@@ -17,6 +17,7 @@ as keys.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -185,6 +186,62 @@ class TrainerConfig:
         return self.nnodes * self.n_gpus_per_node
 
 
+# ---------------------------------------------------------------- asynchronous training
+
+
+@dataclass(frozen=True)
+class RolloutPlacementConfig:
+    """verl's top-level `rollout` (its one-step-off and fully async recipes): the devices of
+    rollout engines that live in their own actors (actor_rollout_ref.hybrid_engine=false)."""
+
+    nnodes: PositiveInt
+    n_gpus_per_node: Annotated[int, NonNegative(" (0: no engines of their own)")]
+
+    @property
+    def devices(self) -> int:
+        return self.nnodes * self.n_gpus_per_node
+
+
+@dataclass(frozen=True)
+class CheckpointEngineConfig:
+    """verl's NCCL bucketed broadcast of the weights to the engines; hybrid pushes them through
+    Ray's object store (shared memory on one node), so these tune nothing here (said at start)."""
+
+    enable: bool
+    device_buffer_size_M: PositiveInt
+    overlap_broadcast_and_consume: bool
+
+
+def _async_modes() -> tuple[str, ...]:
+    return ("one_step_off", "fully_async")
+
+
+@dataclass(frozen=True)
+class AsyncTrainingConfig:
+    """`async_training` (verl's fully async recipe, plus `mode` and SkyRL's max_staleness_steps)."""
+
+    mode: Annotated[str | None, OneOf(_async_modes)]
+    staleness_threshold: Annotated[float, NonNegative()]
+    max_staleness_steps: Annotated[int | None, NonNegative()]
+    trigger_parameter_sync_step: PositiveInt
+    require_batches: PositiveInt
+    partial_rollout: bool
+    use_rollout_log_probs: bool
+    compute_prox_log_prob: bool
+    max_groups_in_flight: OptionalPositiveInt
+    use_trainer_do_validate: Annotated[
+        bool, Fixed((False,), "hybrid validates on the rollout engines, which hold the latest weights after a push")
+    ]
+    checkpoint_engine: CheckpointEngineConfig
+
+    @property
+    def staleness_bound(self) -> int:
+        """Weight versions a trained group may lag at most: max_staleness_steps, or ceil(staleness_threshold)."""
+        if self.max_staleness_steps is not None:
+            return int(self.max_staleness_steps)
+        return int(math.ceil(self.staleness_threshold))
+
+
 # ---------------------------------------------------------------- the whole configuration
 
 
@@ -198,6 +255,8 @@ class HybridConfig:
     algorithm: AlgorithmConfig
     trainer: TrainerConfig
     global_profiler: GlobalProfilerConfig
+    rollout: RolloutPlacementConfig
+    async_training: AsyncTrainingConfig
 
     @property
     def use_critic(self) -> bool:
@@ -213,6 +272,13 @@ class HybridConfig:
     @property
     def world_size(self) -> int:
         return self.trainer.world_size
+
+    @property
+    def async_mode(self) -> str | None:
+        """None (the fused worker generates and trains in turn), one_step_off or fully_async."""
+        if self.actor_rollout_ref.hybrid_engine:
+            return None
+        return self.async_training.mode or "one_step_off"
 
     def with_schedule_steps(self, total_steps: int) -> HybridConfig:
         """A copy whose optimizers' `total_training_steps=-1` (the run's length) reads `total_steps`.

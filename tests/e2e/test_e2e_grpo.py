@@ -13,7 +13,7 @@ pytestmark = pytest.mark.slow
 def test_three_grpo_steps_real_model(default_model_dir, tmp_path):
     from hybrid.arithmetic_task import write_arithmetic_parquet
     from hybrid.config import load_config, validate_config
-    from hybrid.trainer import run_ppo
+    from hybrid.run import run_ppo
 
     files = write_arithmetic_parquet(tmp_path / "data", n_train=64, n_val=16, seed=5)
     cfg = load_config(

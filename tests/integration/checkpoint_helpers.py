@@ -65,13 +65,21 @@ def train(cfg, probe_ids: torch.Tensor | None = None, inspect=None) -> dict:
     whatever `inspect(trainer)` returns, called before the workers shut down."""
     from transformers import AutoTokenizer
 
-    from hybrid.trainer import PPOTrainer, build_dataloaders
+    from hybrid.run import build_dataloaders
+    from hybrid.trainer import PPOTrainer
     from reward.loader import load_reward_manager
 
     tokenizer = AutoTokenizer.from_pretrained(cfg.actor_rollout_ref.model.path)
     train_dl, val_dl = build_dataloaders(cfg, tokenizer)
     reward_fn = load_reward_manager(cfg, tokenizer, num_examine=0)
-    trainer = PPOTrainer(cfg, tokenizer, train_dl, val_dl, reward_fn, reward_fn)
+    from hybrid.trainer import as_typed
+
+    cfg = as_typed(cfg)
+    if cfg.async_mode is not None:
+        from hybrid.async_trainer import AsyncPPOTrainer as trainer_cls
+    else:
+        trainer_cls = PPOTrainer
+    trainer = trainer_cls(cfg, tokenizer, train_dl, val_dl, reward_fn, reward_fn)
     out = {}
     try:
         trainer.init_workers()

@@ -124,7 +124,7 @@ def test_resume_is_exact(full_run, tiny_model_dir, arithmetic_files, tmp_path):
         assert a_extra["worker"] == b_extra["worker"]
     a_data = torch.load(first / "global_step_4" / "data.pt", weights_only=True)
     b_data = torch.load(tmp_path / "global_step_4" / "data.pt", weights_only=True)
-    assert a_data.keys() == {"global_step", "dataloader", "kl_coef", "rng"}
+    assert a_data.keys() == {"global_step", "dataloader", "kl_coef", "rng", "stream"}
     assert _same(a_data, b_data)
 
 

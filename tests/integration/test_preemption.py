@@ -45,7 +45,8 @@ def train_until_stopped(cfg) -> tuple[list[dict], BaseException | None]:
     from transformers import AutoTokenizer
 
     from hybrid.errors import RunStopped
-    from hybrid.trainer import PPOTrainer, build_dataloaders
+    from hybrid.run import build_dataloaders
+    from hybrid.trainer import PPOTrainer
     from reward.loader import load_reward_manager
 
     tokenizer = AutoTokenizer.from_pretrained(cfg.actor_rollout_ref.model.path)

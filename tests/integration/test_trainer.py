@@ -77,7 +77,8 @@ def test_two_steps_through_ray(tiny_model_dir, arithmetic_files, tmp_path, algo)
     import ray
     from transformers import AutoTokenizer
 
-    from hybrid.trainer import PPOTrainer, build_dataloaders
+    from hybrid.run import build_dataloaders
+    from hybrid.trainer import PPOTrainer
     from reward.loader import load_reward_manager
 
     cfg = tiny_run_config(tiny_model_dir, arithmetic_files, tmp_path, *algo)

@@ -153,8 +153,8 @@ def test_rows_by_uid_groups_rows_in_order_and_filtering_keeps_varying_groups():
 def _validation_console(config, tokenizer, tmp_path, capsys) -> str:
     """What a validation step prints: the validation reward manager as run_ppo makes it
     scoring a batch, then the sample table (PPOTrainer.validate)."""
+    from hybrid.run import val_num_examine
     from hybrid.tracking import ValidationGenerationsLogger
-    from hybrid.trainer import val_num_examine
     from reward.loader import load_reward_manager
     from tests.unit.test_reward_manager import make_batch
 

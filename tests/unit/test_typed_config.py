@@ -154,7 +154,7 @@ def test_async_mode_needs_the_vllm_engine_and_the_endpoint_needs_async():
     "override,needle",
     [
         (f"{ARR}.rollout.agent.custom_async_server.path=my_server.py", "drives its in-process vLLM engine itself"),
-        (f"{ARR}.hybrid_engine=false", "always fuses actor, rollout and reference"),
+        (f"{ARR}.hybrid_engine=false", "set rollout.n_gpus_per_node (and rollout.nnodes) to their count"),
         (f"{ARR}.actor.use_torch_compile=true", "does not torch.compile"),
         (f"{ARR}.actor.fsdp_config.fsdp_size=2", "shards over all ranks"),
         ("trainer.default_hdfs_dir=hdfs://x", "default_local_dir only"),

@@ -157,12 +157,14 @@ class AgentRollout:
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """The fused worker's call: a driver of its own, the trajectories on num_workers event loops in threads."""
         call, trajectories, names = self._prepare(prompts)
-        self.driver = AsyncEngineDriver(self.engine.llm, name="agent-rollout")
+        # This (the worker's) thread steps the engine: it already runs torch's OpenMP team,
+        # and a second thread's steps the same engine markedly slower on CPU.
+        self.driver = AsyncEngineDriver(self.engine.llm, name="agent-rollout", own_thread=False)
         tracker = _InFlight()
         try:
             if self.agent.enable_http_endpoint:
                 self.endpoint = self._endpoint(call.settings)
-            self._run_threads(call, trajectories, names, tracker, self.driver)
+            self._serve_while(lambda: self._run_threads(call, trajectories, names, tracker, self.driver))
             stats = self.driver.stats()
         finally:
             if self.endpoint is not None:
@@ -172,6 +174,26 @@ class AgentRollout:
             self.driver = None
         busy = stats.busy_s / stats.wall_s if stats.wall_s > 0 else 0.0
         return self._output(prompts, call, trajectories, busy, tracker)
+
+    def _serve_while(self, work: Callable[[], None]) -> None:
+        """Run `work` (the agent loops' threads) while this thread steps the engine; then stop
+        serving, and raise what `work` raised."""
+        errors: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                work()
+            except BaseException as error:  # re-raised on the serving thread below
+                errors.append(error)
+            finally:
+                self.driver.close()
+
+        runner = threading.Thread(target=run, name="agent-loops", daemon=True)
+        runner.start()
+        self.driver.serve()
+        runner.join()
+        if errors:
+            raise errors[0]
 
     async def agenerate(
         self, prompts: DataProto, driver: AsyncEngineDriver, version: Callable[[], int] | None = None

@@ -92,7 +92,7 @@ class AsyncEngineDriver:
     thread.
     """
 
-    def __init__(self, llm, name: str = "async-engine"):
+    def __init__(self, llm, name: str = "async-engine", own_thread: bool = True):
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
 
@@ -115,8 +115,13 @@ class AsyncEngineDriver:
         self._failure: BaseException | None = None
         self._closed = False
         self.reset_stats()
-        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
-        self._thread.start()
+        # own_thread=False: the caller steps the engine with `serve()` on a thread of its own
+        # choosing, the one that already runs torch's OpenMP team (on CPU a second thread's
+        # team steps the same engine about 1.6x slower: scripts/bench_agent_loop.py).
+        self._thread: threading.Thread | None = None
+        if own_thread:
+            self._thread = threading.Thread(target=self.serve, name=name, daemon=True)
+            self._thread.start()
 
     # ------------------------------------------------------------------ requests
     async def generate(self, prompt_ids: list[int], params: SamplingParams) -> GeneratedTurn:
@@ -238,7 +243,7 @@ class AsyncEngineDriver:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-        if self._thread is not threading.current_thread():
+        if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join()
 
     def __enter__(self) -> AsyncEngineDriver:
@@ -248,12 +253,14 @@ class AsyncEngineDriver:
         self.close()
 
     # ------------------------------------------------------------------ the engine thread
-    def _serve(self) -> None:
-        # Grad mode is per thread; generate_ids runs under no_grad, so does this thread.
-        torch.set_grad_enabled(False)
+    def serve(self) -> None:
+        """Step the engine on the calling thread until `close()` (from another thread); the
+        driver's own thread does this unless it was built with own_thread=False."""
+        # Grad mode is per thread; generate_ids runs under no_grad, so does this loop.
         try:
-            while self._serve_once():
-                pass
+            with torch.no_grad():
+                while self._serve_once():
+                    pass
         except BaseException as exc:  # every waiter gets it: nothing may hang on a dead thread
             logger.error("AsyncEngineDriver: the engine failed", exc_info=True)
             self._drop_all(exc, failure=exc)

@@ -1,0 +1,102 @@
+"""The rollout engines of asynchronous training, seen from the driver: one Ray actor per engine
+(workers/rollout_engine_worker.py) on devices of its own (`rollout.nnodes x
+rollout.n_gpus_per_node`, `tensor_model_parallel_size` each; CPU cores when there is no GPU),
+beside the training group.
+
+`push` hands the trainer's weights to every engine with a version (the trainer's step count):
+the training ranks gather them once into Ray's object store (shared memory on one node, no
+file), and each engine loads them in place, waiting for its requests in flight or aborting
+them to redo on the new weights (`async_training.partial_rollout`). `generate_sequences`
+splits a batch over the engines (validation, one-step-off); `submit` sends one prompt group
+to the least busy engine and returns its pending result (fully async).
+"""
+
+from __future__ import annotations
+
+import time
+
+import ray
+
+from hybrid.roles import cpus_per_slot_for
+from protocol.data_proto import DataProto
+from workers.device import is_cuda_available
+
+
+class EnginePool:
+    def __init__(self, config):
+        self.config = config
+        tp = int(config.actor_rollout_ref.rollout.tensor_model_parallel_size)
+        self.count = config.rollout.devices // tp
+        self.abort_on_push = bool(config.async_training.partial_rollout)
+        self.version = -1  # no weights yet: the engines hold dummy ones (or the model folder's)
+        self.engines: list = []
+        self.in_flight = [0] * self.count
+        self.dtype = None
+        self._tp = tp
+
+    def start(self) -> None:
+        from workers.rollout_engine_worker import RolloutEngineWorker
+
+        gpu = is_cuda_available()
+        cores = (1 if gpu else cpus_per_slot_for(self.config)) * self._tp
+        env = {"OMP_NUM_THREADS": str(cores), "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "TOKENIZERS_PARALLELISM": "false"}
+        remote = ray.remote(RolloutEngineWorker).options(
+            num_cpus=cores, num_gpus=self._tp if gpu else 0, runtime_env={"env_vars": env}, max_concurrency=1000
+        )
+        arr = self.config.actor_rollout_ref
+        self.engines = [remote.remote(arr, engine_index=i) for i in range(self.count)]
+        ray.get([engine.init_engine.remote() for engine in self.engines])
+        self.dtype = ray.get(self.engines[0].engine_dtype.remote())
+
+    def push(self, actor_wg, version: int) -> float:
+        """The trainer's current weights to every engine, as `version`; seconds taken."""
+        start = time.perf_counter()
+        exported = actor_wg.export_weights(self.dtype)
+        (weights,) = exported[0]  # rank 0's one-element list: the object store reference
+        ray.get([engine.load_weights.remote(version, weights, abort=self.abort_on_push) for engine in self.engines])
+        self.version = int(version)
+        return time.perf_counter() - start
+
+    def generate_sequences(self, batch: DataProto) -> DataProto:
+        """`batch` split in contiguous parts over the engines, generated, back in order."""
+        return self.collect(self.launch(batch))
+
+    def launch(self, batch: DataProto) -> list:
+        """`batch` split over the engines, started; `collect` waits for it."""
+        return [self.engines[i].generate.remote(part) for i, part in enumerate(_split(batch, self.count)) if len(part)]
+
+    @staticmethod
+    def collect(launched: list) -> DataProto:
+        outputs = ray.get(launched)
+        return DataProto.concat(outputs) if len(outputs) > 1 else outputs[0]
+
+    def submit(self, batch: DataProto):
+        """(engine index, pending result) of `batch` on the engine with the fewest rows in flight."""
+        index = min(range(self.count), key=lambda i: self.in_flight[i])
+        self.in_flight[index] += len(batch)
+        return index, self.engines[index].generate.remote(batch)
+
+    def done(self, index: int, rows: int) -> None:
+        self.in_flight[index] -= rows
+
+    def busy_seconds(self) -> float:
+        """The engines' time generating since they started, summed."""
+        return float(sum(ray.get([engine.busy_seconds.remote() for engine in self.engines])))
+
+    def shutdown(self) -> None:
+        for engine in self.engines:
+            ray.kill(engine, no_restart=True)
+        self.engines = []
+
+
+def _split(batch: DataProto, parts: int) -> list[DataProto]:
+    size, extra = divmod(len(batch), parts)
+    out, start = [], 0
+    for i in range(parts):
+        end = start + size + (1 if i < extra else 0)
+        out.append(batch[start:end])
+        start = end
+    return out
+
+
+__all__ = ["EnginePool"]
