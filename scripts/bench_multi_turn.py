@@ -79,7 +79,7 @@ def _config(args):
 def _engine_and_prompts(config, count: int):
     from transformers import AutoConfig, AutoTokenizer
 
-    from hybrid.trainer import build_dataloaders
+    from hybrid.run import build_dataloaders
     from protocol import DataProto
     from workers.rollout.vllm_rollout import VLLMRollout
 

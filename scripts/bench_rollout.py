@@ -43,7 +43,7 @@ def _settings(args) -> dict:
 def _prompt_batch(config, count: int):
     from transformers import AutoTokenizer
 
-    from hybrid.trainer import build_dataloaders
+    from hybrid.run import build_dataloaders
     from protocol import DataProto
 
     tokenizer = AutoTokenizer.from_pretrained(config.actor_rollout_ref.model.path)

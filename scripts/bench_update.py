@@ -141,7 +141,8 @@ def record_batch(settings: dict, path: Path) -> dict:
     import torch
     from transformers import AutoTokenizer
 
-    from hybrid.trainer import PPOTrainer, build_dataloaders
+    from hybrid.run import build_dataloaders
+    from hybrid.trainer import PPOTrainer
     from protocol.data_proto import DataProto
     from reward.loader import load_reward_manager
     from workers.engine_logs import ENGINE_LOG_DIR_ENV

@@ -78,7 +78,7 @@ def main(argv=None) -> int:
     from hybrid.config import build_config
     from hybrid.defaults import resolve_default_assets
     from hybrid.roles import build_worker_groups
-    from hybrid.trainer import build_dataloaders
+    from hybrid.run import build_dataloaders
     from workers.model_loading import load_tokenizer
 
     config = resolve_default_assets(

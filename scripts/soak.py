@@ -195,7 +195,8 @@ def train(cfg, log_path: Path) -> list[dict]:
     from transformers import AutoTokenizer
 
     from hybrid.roles import init_ray_if_needed
-    from hybrid.trainer import PPOTrainer, as_typed, build_dataloaders
+    from hybrid.run import build_dataloaders
+    from hybrid.trainer import PPOTrainer, as_typed
     from reward.loader import load_reward_manager
     from workers.engine_logs import ENGINE_LOG_DIR_ENV
     from workers.host_memory import process_stats

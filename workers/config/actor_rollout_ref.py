@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from protocol.config_schema import Annotated, Fixed
 from workers.config.actor import ActorConfig, RefConfig
 from workers.config.model import ModelConfig
 from workers.config.rollout import RolloutConfig
@@ -15,7 +14,8 @@ from workers.config.rollout import RolloutConfig
 class ActorRolloutRefConfig:
     """`actor_rollout_ref`: what the fused worker (workers/actor_rollout_ref_worker.py) gets."""
 
-    hybrid_engine: Annotated[bool, Fixed((True,), "hybrid always fuses actor, rollout and reference in one worker")]
+    # false: the rollout engines live in their own actors (top-level `rollout`, async_training)
+    hybrid_engine: bool
     model: ModelConfig
     actor: ActorConfig
     ref: RefConfig
