@@ -13,7 +13,10 @@ not written):
   `actor/entropy`;
 - `response_length.png`: `response_length/mean` and `/max`;
 - `timing.png`: the seconds of each phase (`timing_s/*`) as a stacked bar per step, with
-  the step's wall time (`timing_s/step`) as a line.
+  the step's wall time (`timing_s/step`) as a line;
+- `staleness.png` (asynchronous training): the samples each step trained, stacked by how many
+  weight versions old they were (`async/staleness/count_<k>`), and the run's histogram of
+  the same, titled with the groups dropped as too stale (`async/dropped_stale`).
 
 The file has one JSON object per step; a resumed run appends, so a step can appear more
 than once: its lines are merged in file order, later values winning key by key (so the
@@ -40,6 +43,8 @@ LENGTH_KEYS = ("response_length/mean", "response_length/max")
 VAL_CORE = re.compile(r"^val-core/(?P<source>.+)/(?P<var>reward|acc)/mean@(?P<n>\d+)$")
 TIMING_PREFIX = "timing_s/"
 STEP_TIME = "timing_s/step"
+STALENESS_COUNT = re.compile(r"^async/staleness/count_(?P<age>\d+)$")
+DROPPED_STALE = "async/dropped_stale"
 # Phases timed inside another phase (child: parent); the parent's bar then shows only its
 # own remainder. None today: the weight sync is its own step phase after the actor update
 # (it was inside `gen` while generation synced lazily).
@@ -257,7 +262,36 @@ def plot_timing(rows: list[dict], out_dir: Path) -> Path | None:
     return _save(fig, out_dir, "timing.png")
 
 
-PLOTS = (plot_reward, plot_kl_entropy, plot_response_length, plot_timing)
+def plot_staleness(rows: list[dict], out_dir: Path) -> Path | None:
+    ages = sorted({int(m["age"]) for row in rows for k in row if (m := STALENESS_COUNT.match(k))})
+    if not ages:
+        return None
+    counted = [r for r in rows if any(STALENESS_COUNT.match(k) for k in r)]
+    steps = [r["step"] for r in counted]
+    fig, (per_step, whole_run) = _figure(2, height=3.0)
+    bottom = [0.0] * len(counted)
+    totals = []
+    for i, age in enumerate(ages):
+        # A step that trained no sample of this age has no key for it: 0, not missing.
+        heights = [v if math.isfinite(v := _value(r, f"async/staleness/count_{age}")) else 0.0 for r in counted]
+        per_step.bar(steps, heights, bottom=bottom, width=0.8, color=f"C{i % 10}", label=f"{age} behind")
+        bottom = [b + h for b, h in zip(bottom, heights)]
+        totals.append(sum(heights))
+    per_step.set_title("samples trained per step, by staleness (weight versions behind)")
+    per_step.set_ylabel("samples")
+    per_step.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+    whole_run.bar(ages, totals, width=0.6, color=[f"C{i % 10}" for i in range(len(ages))])
+    whole_run.set_xlabel("staleness (weight versions behind)")
+    whole_run.set_ylabel("samples")
+    dropped = _series(rows, DROPPED_STALE)
+    title = "the run's staleness histogram"
+    if dropped is not None:
+        title += f"; groups dropped as too stale: {int(dropped[1][-1])}"
+    whole_run.set_title(title)
+    return _save(fig, out_dir, "staleness.png")
+
+
+PLOTS = (plot_reward, plot_kl_entropy, plot_response_length, plot_timing, plot_staleness)
 
 
 def plot_metrics(metrics_path: str | Path, out_dir: str | Path | None = None) -> list[Path]:

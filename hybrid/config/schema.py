@@ -202,14 +202,21 @@ class RolloutPlacementConfig:
         return self.nnodes * self.n_gpus_per_node
 
 
+_PUSH = (
+    "hybrid pushes the weights to the engines through Ray's object store in one piece (shared memory on a node), "
+    "not by verl's bucketed NCCL broadcast; leave async_training.checkpoint_engine at verl's defaults"
+)
+
+
 @dataclass(frozen=True)
 class CheckpointEngineConfig:
-    """verl's NCCL bucketed broadcast of the weights to the engines; hybrid pushes them through
-    Ray's object store (shared memory on one node), so these tune nothing here (said at start)."""
+    """verl's NCCL bucketed broadcast of the weights to the engines. hybrid pushes them through
+    Ray's object store in one piece (shared memory on one node), so only verl's defaults are
+    accepted: another value would tune a transport hybrid does not have."""
 
-    enable: bool
-    device_buffer_size_M: PositiveInt
-    overlap_broadcast_and_consume: bool
+    enable: Annotated[bool, Fixed((True,), _PUSH)]
+    device_buffer_size_M: Annotated[int, Fixed((4096,), _PUSH)]
+    overlap_broadcast_and_consume: Annotated[bool, Fixed((False,), _PUSH)]
 
 
 def _async_modes() -> tuple[str, ...]:

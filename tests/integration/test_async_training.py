@@ -124,3 +124,44 @@ def test_every_prompt_is_trained_once_across_a_kill_and_resume(tiny_model_dir, a
     handed_out = {(0, i) for i in range(second["offset"])}
     assert handed_out == set(trained) | {tuple(p) for p in second["open"]}  # none lost
     assert {tuple(p) for p in saved["open"]} <= set(second["positions"]) | {tuple(p) for p in second["open"]}
+
+
+def test_fully_async_with_an_environment_and_dynamic_sampling(tiny_model_dir, arithmetic_files, tmp_path):
+    """Two-turn episodes through the agent loops on the engine actor, with DAPO's dynamic
+    sampling: flat groups (reward 5 for every sample) are dropped at the queue and other
+    prompts generated, so no step trains a sample scored 5, and the drops are counted."""
+    from tests.integration import flat_or_varying_env
+
+    env = f"{flat_or_varying_env.__file__}:FlatOrVaryingEnv"
+    mt = "actor_rollout_ref.rollout.multi_turn"
+    out = train(
+        run_config(
+            tiny_model_dir,
+            arithmetic_files,
+            tmp_path,
+            "trainer.total_training_steps=3",
+            *SEPARATE,
+            "actor_rollout_ref.rollout.name=vllm",
+            "actor_rollout_ref.rollout.dtype=bfloat16",
+            "actor_rollout_ref.rollout.mode=async",
+            "actor_rollout_ref.rollout.n=4",
+            "data.max_response_length=32",
+            f"{mt}.enable=true",
+            f"{mt}.env_class={env}",
+            f"{mt}.max_assistant_turns=2",
+            f"{mt}.max_tokens_per_turn=4",
+            f"{mt}.reward_placement=final",
+            "algorithm.filter_groups.enable=true",
+            "algorithm.filter_groups.metric=seq_reward",
+            f"{AT}.mode=fully_async",
+            f"{AT}.staleness_threshold=1.0",
+            f"{AT}.trigger_parameter_sync_step=1",
+        ),
+        inspect=lambda trainer: {"positions": list(trainer.trained_positions)},
+    )
+    history = out["history"]
+    assert len(history) == 3 and max(_staleness(history)) <= 1
+    assert all(h["multi_turn/turns/max"] == 2.0 for h in history)
+    assert max(h["critic/score/max"] for h in history) <= 1.0  # no flat group trained
+    assert history[-1]["async/dropped_flat"] > 0  # about half the questions have even answers
+    assert len(out["positions"]) == 6 == len(set(out["positions"]))

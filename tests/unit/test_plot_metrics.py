@@ -180,3 +180,25 @@ def test_validation_per_question_type_is_drawn_dashed(tmp_path, monkeypatch):
     lines = {line.get_label(): line for line in figures[0].axes[0].get_lines()}
     assert set(lines) == {"train reward (critic/score/mean)", "val arithmetic reward mean@1", "  1-digit", "  2-digit"}
     assert lines["  2-digit"].get_linestyle() == "--" and list(lines["  2-digit"].get_ydata()) == [0.2, 0.2, 0.2]
+
+
+def test_staleness_histogram_sums_the_steps_counts(tmp_path, monkeypatch):
+    from hybrid import plots
+
+    rows = full_rows(3)
+    rows[1].update({"async/staleness/count_0": 8.0, "async/dropped_stale": 0.0})
+    rows[2].update({"async/staleness/count_0": 4.0, "async/staleness/count_1": 4.0, "async/dropped_stale": 1.0})
+    rows[3].update({"async/staleness/count_1": 6.0, "async/staleness/count_2": 2.0, "async/dropped_stale": 3.0})
+    path = write_jsonl(tmp_path / "metrics.jsonl", rows)
+    assert_png(plots.plot_staleness(plots.load_metrics(path), tmp_path))
+    figures = []
+    monkeypatch.setattr(plots, "_save", lambda fig, out_dir, name: figures.append(fig) or out_dir / name)
+    plots.plot_staleness(plots.load_metrics(path), tmp_path)
+    per_step, whole_run = figures[0].axes
+    # per step: bars of age 0, then 1, then 2, stacked; a step without an age has a 0-high bar
+    heights = [[bar.get_height() for bar in container] for container in per_step.containers]
+    assert heights == [[8.0, 4.0, 0.0], [0.0, 4.0, 6.0], [0.0, 0.0, 2.0]]
+    assert [bar.get_height() for bar in whole_run.containers[0]] == [12.0, 10.0, 2.0]
+    assert whole_run.get_title().endswith("groups dropped as too stale: 3")
+    # a synchronous run has no staleness counts: no plot
+    assert plots.plot_staleness(plots.load_metrics(write_jsonl(tmp_path / "s.jsonl", full_rows(3))), tmp_path) is None
