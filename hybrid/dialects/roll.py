@@ -13,8 +13,10 @@ Units that differ are transformed: ROLL's optimizer-step batch is
 `per_device_train_batch_size x gradient_accumulation_steps x len(device_mapping)` samples,
 verl's `ppo_mini_batch_size` is that divided by `num_return_sequences_in_group` (prompts);
 ROLL's warm-up counts optimizer steps, hybrid's training steps; `sequence_length` is prompt
-plus response. hybrid runs every role on the same devices, so the worker sections must share
-one `device_mapping`; its length is the number of devices. The agentic pipeline's multi-turn
+plus response. actor_train's `device_mapping` is the training group (its length the number of
+devices), which reference and critic share; actor_infer either shares it too (colocated) or has
+devices of its own (disjoint: hybrid's engines in their own actors, with the schedule of
+`async_generation_ratio`: in turn at 0, streamed ahead of training above). The agentic pipeline's multi-turn
 keys (custom_envs, the env managers) are in roll_agentic.py; the converters the rules call
 are in roll_convert.py, the worker sections' rules in roll_workers.py, the rule table in roll_rules.py.
 """
@@ -48,6 +50,12 @@ DIALECT = Dialect(
         "Multi-turn: a custom_envs section (the agentic pipeline's) sets hybrid's multi_turn section; the "
         "episodes start from the data file's rows, whose env_class column picks the environment where "
         "custom_envs names none (roll_agentic.py has the details).",
+        "Placement: actor_train's device_mapping is the training group (trainer.nnodes x n_gpus_per_node); "
+        "reference and critic must use the same one. actor_infer with the same mapping is colocated (hybrid's "
+        "fused engine); with a disjoint one its devices become rollout.nnodes x n_gpus_per_node "
+        "(actor_rollout_ref.hybrid_engine=false) and async_generation_ratio picks the schedule: 0 generates and "
+        "trains in turn (one_step_off at lag 0), r >= 1 streams prompt groups r steps ahead (fully_async, "
+        "staleness bound ceil(r), weights pushed every step).",
     ),
 )
 

@@ -10,6 +10,7 @@ import ast
 import re
 from typing import Any
 
+from hybrid.dialects.asynchronous import ceil, engines_apart, in_turn_apart, streamed
 from hybrid.dialects.table import NO_DUAL_CLIP, Context, Refusal, hybrid_default, show
 
 ARR = "actor_rollout_ref"
@@ -19,15 +20,14 @@ REF = f"{ARR}.ref"
 
 MEGATRON = "the Megatron strategy: hybrid trains with FSDP2 only"
 DEEPSPEED = "the DeepSpeed strategy: hybrid trains with FSDP2 only"
-COLOCATED = (
-    "hybrid runs actor_train, actor_infer, reference and critic colocated on the same devices; "
-    "give them the same device_mapping"
+TRAINING_GROUP = (
+    "hybrid runs the reference and the critic in the training group, on actor_train's devices; "
+    "give them actor_train's device_mapping"
 )
 AGENTIC = (
     "a step-wise estimator of ROLL's agentic pipeline (one sample per environment step): hybrid estimates "
     "advantages per trajectory; multi-turn episodes (custom_envs) train with grpo, gae, reinforce and the others"
 )
-ASYNC = "hybrid is synchronous and on-policy: each step generates with the current weights, then trains"
 NATIVE_TEMPLATE = "hybrid renders prompts with the tokenizer's own chat template (ROLL's `native`)"
 
 
@@ -55,21 +55,113 @@ def parse_devices(value: Any) -> list[int]:
     return ids
 
 
-def _placement(ids: list[int], ctx: Context) -> dict[str, Any]:
+def _nodes(ids: list[int], ctx: Context) -> tuple[int, int]:
+    """(nodes, devices per node) of a device list: ROLL's ids are global, num_gpus_per_node a node."""
     per_node = ctx.get("num_gpus_per_node")
-    nodes = 1 if max(ids) + 1 <= per_node else -(-(max(ids) + 1) // per_node)
+    nodes = len({i // per_node for i in ids})
     if len(ids) % nodes:
         raise Refusal(f"{len(ids)} devices over {nodes} nodes of {per_node}: hybrid needs the same number on each node")
-    return {"trainer.nnodes": nodes, "trainer.n_gpus_per_node": len(ids) // nodes}
+    return nodes, len(ids) // nodes
+
+
+def _placement(ids: list[int], ctx: Context) -> dict[str, Any]:
+    nodes, per_node = _nodes(ids, ctx)
+    return {"trainer.nnodes": nodes, "trainer.n_gpus_per_node": per_node}
+
+
+def _infer_placement(ctx: Context) -> str:
+    """How actor_infer's devices relate to actor_train's: same, apart, overlap, or unknown."""
+    train, infer = ctx.get("actor_train.device_mapping", None), ctx.get("actor_infer.device_mapping", None)
+    if train is None or infer is None:
+        return "unknown"
+    try:
+        train_ids, infer_ids = set(parse_devices(train)), set(parse_devices(infer))
+    except Refusal:
+        return "unknown"  # the device_mapping rule reports it
+    if train_ids == infer_ids:
+        return "same"
+    return "overlap" if train_ids & infer_ids else "apart"
 
 
 def _device_mapping(value: Any, ctx: Context) -> dict[str, Any]:
     ids = parse_devices(value)
-    if ctx.key != "actor_train.device_mapping":
-        train = ctx.get("actor_train.device_mapping", None)
-        if train is None or sorted(parse_devices(train)) != sorted(ids):
-            raise Refusal(f"{COLOCATED} (actor_train.device_mapping={show(train)})")
-    return _placement(ids, ctx)
+    if ctx.key == "actor_train.device_mapping":
+        return _placement(ids, ctx)
+    train = ctx.get("actor_train.device_mapping", None)
+    if train is None:
+        raise Refusal("hybrid places every role relative to actor_train; give actor_train.device_mapping too")
+    train_ids = sorted(parse_devices(train))
+    if ctx.key != "actor_infer.device_mapping":
+        if train_ids != sorted(ids):
+            raise Refusal(f"{TRAINING_GROUP} (actor_train.device_mapping={show(train)})")
+        return _placement(ids, ctx)
+    relation = _infer_placement(ctx)
+    if relation == "same":
+        return _placement(ids, ctx)  # colocated: the fused engine generates and trains in turn
+    if relation == "overlap":
+        raise Refusal(
+            f"shares some of actor_train's devices (actor_train.device_mapping={show(train)}) but not all: hybrid runs "
+            f"the engines either on the training devices (the same device_mapping: colocated, generation and "
+            f"training in turn) or on devices of their own (a disjoint one: asynchronous training)"
+        )
+    nodes, per_node = _nodes(ids, ctx)
+    return {**engines_apart(nodes, per_node), **_schedule(ctx)}
+
+
+def _ratio(ctx: Context) -> float:
+    """async_generation_ratio, checked as ROLL checks it."""
+    ratio = ctx.get("async_generation_ratio")
+    if not isinstance(ratio, (int, float)) or isinstance(ratio, bool) or ratio < 0:
+        raise Refusal(f"async_generation_ratio must be a number >= 0 (here {show(ratio)})", shared=True)
+    if 0 < ratio < 1:
+        raise Refusal(
+            f"ROLL's RLVR pipeline requires async_generation_ratio >= 1 when it is asynchronous (0 is synchronous); "
+            f"here {ratio}",
+            shared=True,
+        )
+    if not float(ratio).is_integer() and any(k.startswith(("custom_envs.", "train_env_manager.")) for k in ctx.given):
+        raise Refusal(
+            f"ROLL's agentic pipeline reads async_generation_ratio as a whole number of steps; here {ratio}",
+            shared=True,
+        )
+    return ratio
+
+
+def _schedule(ctx: Context) -> dict[str, Any]:
+    """The schedule of engines on devices of their own, from async_generation_ratio: 0, in turn
+    (ROLL's synchronous pipeline); r > 0, streamed (ROLL's asynchronous one, see roll_rules.py)."""
+    ratio = _ratio(ctx)
+    if ratio == 0:
+        return in_turn_apart()
+    train = ctx.effective("rollout_batch_size", "data.train_batch_size")
+    if ctx.has("actor_train.training_args.per_device_train_batch_size") or ctx.has(
+        "actor_train.training_args.gradient_accumulation_steps"
+    ):
+        mini, _ = _mini_batch("actor_train", ctx)
+    else:
+        mini = hybrid_default(f"{ACTOR}.ppo_mini_batch_size")
+    if train % mini:
+        raise Refusal(
+            f"with async_generation_ratio={ratio}, a ROLL step trains rollout_batch_size={train} prompts, and hybrid's "
+            f"fully asynchronous step takes whole mini batches of groups ({mini} prompts here); rollout_batch_size "
+            f"must be a multiple of the mini batch",
+            shared=True,
+        )
+    # ROLL bounds the prompts in flight only by its budget: (1 + ratio) batches beyond the ones trained.
+    return streamed(ahead=ratio, bound=ceil(ratio), require_batches=train // mini, in_flight=ceil((1 + ratio) * train))
+
+
+def _async_generation_ratio(value: Any, ctx: Context) -> dict[str, Any]:
+    relation = _infer_placement(ctx)
+    if relation == "apart":
+        return _schedule(ctx)
+    if _ratio(ctx) == 0 or relation == "overlap":
+        return {}  # colocated and synchronous, or the device_mapping rule reports the overlap
+    raise Refusal(
+        "hybrid generates ahead of training only with the engines on devices of their own: give actor_infer a "
+        "device_mapping disjoint from actor_train's (ROLL's agentic pipeline requires that too; its RLVR pipeline "
+        "only warns when they share devices)"
+    )
 
 
 def _world(ctx: Context) -> int:

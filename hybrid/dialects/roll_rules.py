@@ -14,13 +14,13 @@ from hybrid.dialects.roll_agentic import AGENTIC_RULES
 from hybrid.dialects.roll_convert import (
     ACTOR,
     ARR,
-    ASYNC,
     DEEPSPEED,
     MEGATRON,
     NATIVE_TEMPLATE,
     REF,
     ROLLOUT,
     _advantage,
+    _async_generation_ratio,
     _clip,
     _dual_clip,
     _eval_steps,
@@ -84,6 +84,7 @@ ROLL_DEFAULTS: dict[str, Any] = {
     "actor_train.strategy_args.strategy_name": "deepspeed_train",
     "reference.strategy_args.strategy_name": "deepspeed_train",
     "critic.strategy_args.strategy_name": "deepspeed_train",
+    "async_generation_ratio": 0,
 }
 
 
@@ -163,7 +164,35 @@ RULES: tuple[Rule, ...] = (
     refuse("dataset_filter.num_samples", "no data-set subsampling in hybrid", accept=(0,)),
     ignore("pg_variant", "a YAML variable in ROLL's examples; actor_train.pg_variant is the one read"),
     # ---- scheduling
-    refuse("async_generation_ratio", ASYNC, accept=(0, 0.0)),
+    custom(
+        "async_generation_ratio",
+        (
+            "async_training.mode",
+            "async_training.staleness_threshold",
+            "async_training.max_staleness_steps",
+            "async_training.trigger_parameter_sync_step",
+            "async_training.require_batches",
+            "async_training.partial_rollout",
+            "async_training.use_rollout_log_probs",
+            "async_training.max_groups_in_flight",
+        ),
+        _async_generation_ratio,
+        "0: synchronous (with actor_infer apart: mode=one_step_off, max_staleness_steps=0, "
+        "use_rollout_log_probs=false); r >= 1 -> mode=fully_async, staleness_threshold=r, max_staleness_steps=ceil(r), "
+        "trigger_parameter_sync_step=1, require_batches=rollout_batch_size / ppo_mini_batch_size, "
+        "max_groups_in_flight=ceil((1 + r) x rollout_batch_size), partial_rollout=true, use_rollout_log_probs=false; "
+        "needs actor_infer's device_mapping disjoint from actor_train's",
+        "ROLL's scheduler starts prompts one at a time while started-and-unused prompts stay within r "
+        "rollout_batch_size batches ahead of training (its ReplayBuffer budget), takes each step's batch from "
+        "whatever finished, oldest first, drops prompts started more than ceil(r) steps ago, and updates the "
+        "engines' weights before every step, aborting requests in flight: verl's fully async schedule with "
+        "staleness_threshold=r in sync windows of one step (rollout_batch_size groups) and the bound ceil(r), "
+        "not one-step-off's whole batches generated ahead, so a whole and a fractional r map alike. "
+        "Differences: ROLL continues an aborted request from its partial output, hybrid samples the turn again "
+        "on the new weights; with a fractional r ROLL also caps the share of a batch taken from the oldest "
+        "admissible step at the fraction, hybrid has only the budget and the bound. Both recompute the PPO "
+        "anchor with the trainer's weights",
+    ),
     ignore("generate_opt_level", "ROLL's request scheduler; hybrid sends the whole batch to vLLM"),
     ignore("is_num_return_sequences_expand", "ROLL's request scheduler; hybrid sends the whole batch to vLLM"),
     same("max_running_requests", f"{ROLLOUT}.max_num_seqs", note="the engine's limit on concurrent sequences"),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from hybrid.dialects.asynchronous import ENGINE_KEYS, SCHEDULE_KEYS
 from hybrid.dialects.roll_convert import ACTOR, ARR, REF, ROLLOUT, _batches, _betas, _device_mapping, _warmup
 from hybrid.dialects.table import (
     Context,
@@ -226,6 +227,37 @@ def _ulysses_rule(role: str) -> Rule:
     return custom(key, (ULYSSES_KEYS[role],), _ulysses(role), how, note)
 
 
+def _device_rule(role: str) -> Rule:
+    key = f"{role}.device_mapping"
+    if role == "actor_train":
+        return custom(
+            key,
+            ("trainer.nnodes", "trainer.n_gpus_per_node"),
+            _device_mapping,
+            "len -> devices; nodes: the nodes of num_gpus_per_node devices the ids fall on",
+            "the training group; device ids are not pinned: hybrid uses that many devices (choose them with "
+            "CUDA_VISIBLE_DEVICES)",
+        )
+    if role == "actor_infer":
+        return custom(
+            key,
+            ("trainer.nnodes", "trainer.n_gpus_per_node", *ENGINE_KEYS, *SCHEDULE_KEYS),
+            _device_mapping,
+            "actor_train's: colocated (nothing more); disjoint from it -> hybrid_engine=false, rollout.nnodes x "
+            "rollout.n_gpus_per_node = its devices, with the schedule of async_generation_ratio; overlapping "
+            "but different: refused",
+            "disjoint: the engines (len / tensor_parallel_size of them) run in Ray actors on devices of their own "
+            "beside the training group, as ROLL's disaggregated mode",
+        )
+    return custom(
+        key,
+        ("trainer.nnodes", "trainer.n_gpus_per_node"),
+        _device_mapping,
+        "must equal actor_train's",
+        "the training group",
+    )
+
+
 def _worker_rules(role: str) -> list[Rule]:
     """The keys every ROLL worker section has."""
     infer_batch = {
@@ -234,16 +266,7 @@ def _worker_rules(role: str) -> list[Rule]:
         "critic": ("critic.forward_micro_batch_size_per_gpu",),
     }
     rules = [
-        custom(
-            f"{role}.device_mapping",
-            ("trainer.nnodes", "trainer.n_gpus_per_node"),
-            _device_mapping,
-            "len -> devices; nodes from num_gpus_per_node"
-            + ("" if role == "actor_train" else "; must equal actor_train's"),
-            "device ids are not pinned: hybrid uses that many devices (choose them with CUDA_VISIBLE_DEVICES)"
-            if role == "actor_train"
-            else "",
-        ),
+        _device_rule(role),
         refuse(
             f"{role}.worker_cls",
             f"a custom {role} worker class has no counterpart in hybrid",
@@ -278,7 +301,15 @@ def _worker_rules(role: str) -> list[Rule]:
         refuse(f"{role}.apply_loss_scale", "hybrid always scales the loss to the global batch", accept=(True,)),
         ignore(f"{role}.backend_timeout", "hybrid uses torch.distributed's default timeout"),
         ignore(f"{role}.max_concurrency", "no Ray actor concurrency setting in hybrid"),
-        ignore(f"{role}.model_update_frequency", "hybrid syncs the weights into the engine before every generation"),
+        refuse(
+            "actor_train.model_update_frequency",
+            "ROLL hands actor_train's weights to actor_infer every N steps; hybrid's fused engine gets them before "
+            "every generation, and ROLL's asynchronous schedule (async_generation_ratio) maps to a push after every "
+            "step, its budget counted in steps; no mapping for N > 1 is kept",
+            accept=(1,),
+        )
+        if role == "actor_train"
+        else ignore(f"{role}.model_update_frequency", "ROLL reads actor_train's only"),
         ignore(f"{role}.name", "set by ROLL itself"),
     ]
     if role in infer_batch:

@@ -50,6 +50,8 @@ SKYRL_DEFAULTS: dict[str, Any] = {
     "trainer.algorithm.cispo.cispo_eps_clip_high": 5.0,
     "trainer.algorithm.dynamic_sampling.max_sample_batches": 30,
     "generator.sampling_params.stop": None,
+    "generator.inference_engine.num_engines": 1,
+    "trainer.fully_async.max_staleness_steps": 4,
 }
 
 # Older YAML spellings (skyrl-train's ppo_base_config.yaml) -> the dataclass paths.
@@ -210,7 +212,13 @@ RULES = (
         "generator.inference_engine.async_engine",
         "single-turn batched generation is the same with either engine; hybrid drives vLLM's offline engine in-process",
     ),
-    custom("generator.inference_engine.num_engines", (), _num_engines, "must equal devices / tensor_parallel_size"),
+    custom(
+        "generator.inference_engine.num_engines",
+        (),
+        _num_engines,
+        "colocate_all=true: must equal the policy's devices / tensor_parallel_size; colocate_all=false: read by "
+        "colocate_all (the engines' devices)",
+    ),
     same("generator.inference_engine.tensor_parallel_size", f"{ROLLOUT}.tensor_model_parallel_size"),
     refuse(
         "generator.inference_engine.pipeline_parallel_size",
@@ -287,6 +295,15 @@ DIALECT = Dialect(
         "or environment.env_class naming an environment) the environment is environment.env_class, else "
         "the row's env_class column (SkyRL's datasets), and it reads the row's columns (reward_spec, or "
         "verl's reward_model as reward_spec).",
+        "Placement and asynchronous training: trainer.placement.policy_num_nodes / policy_num_gpus_per_node are "
+        "the training group (trainer.nnodes / n_gpus_per_node). With colocate_all=true (SkyRL's default) the "
+        "engines share those devices, as hybrid's fused engine does. With colocate_all=false they run on "
+        "generator.inference_engine.num_engines x tensor_parallel_size devices of their own "
+        "(actor_rollout_ref.hybrid_engine=false, rollout.n_gpus_per_node). SkyRL picks its trainer by entry "
+        "point: hybrid reads trainer.fully_async.* as its fully async trainer (async_training.mode=fully_async), "
+        "and otherwise runs SkyRL's synchronous trainer's schedule (one_step_off at lag 0). SkyRL's one-step-off "
+        "example (examples/async) has no key of its own; trainer.fully_async.max_staleness_steps=1 is the "
+        "nearest (SkyRL's docs call it one-step off-policy training with in-flight weight updates).",
     ),
 )
 

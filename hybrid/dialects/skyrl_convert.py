@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from hybrid.dialects.asynchronous import engines_apart, in_turn_apart, streamed, whole
 from hybrid.dialects.table import NO_DUAL_CLIP, Context, Refusal, Rule, custom
 
 ARR = "actor_rollout_ref"
@@ -15,12 +16,17 @@ ROLLOUT = f"{ARR}.rollout"
 REF = f"{ARR}.ref"
 
 # Reasons repeated across several keys.
-COLOCATED = "hybrid always colocates training and generation on the same devices"
-SAME_DEVICES = "hybrid places every role (policy, reference, critic, engine) on the same devices as the policy"
+SAME_DEVICES = (
+    "hybrid places the reference, the critic and the reward model in the training group, on the policy's "
+    "devices (trainer.placement.policy_num_*)"
+)
 MEGATRON = "the Megatron backend: hybrid trains with FSDP2 only"
 DEEPSPEED = "the DeepSpeed backend: hybrid trains with FSDP2 only"
-IN_PROCESS = "hybrid's engine runs in-process in each training worker and receives the weights in memory"
-ASYNC = "hybrid is synchronous and on-policy: each step generates with the current weights, then trains"
+IN_PROCESS = (
+    "hybrid starts its engines itself (inside the training workers, or in Ray actors of their own with "
+    "trainer.placement.colocate_all=false) and hands them the weights directly"
+)
+FULLY_ASYNC_KEYS = ("trainer.fully_async.max_staleness_steps", "trainer.fully_async.num_parallel_generation_workers")
 
 
 # ---------------------------------------------------------------- converters
@@ -272,16 +278,111 @@ def _ref_path(value: Any, ctx: Context) -> dict[str, Any]:
     )
 
 
+def _colocated(ctx: Context) -> bool:
+    """SkyRL's trainer.placement.colocate_all (default true): engines on the training devices."""
+    return ctx.get("trainer.placement.colocate_all", True) is not False
+
+
+def _engine_devices(ctx: Context) -> int:
+    """The engines' own devices with colocate_all=false: num_engines x tensor_parallel_size."""
+    engines = ctx.get("generator.inference_engine.num_engines")
+    tp = ctx.effective("generator.inference_engine.tensor_parallel_size", f"{ROLLOUT}.tensor_model_parallel_size")
+    if not (isinstance(engines, int) and not isinstance(engines, bool) and engines >= 1):
+        raise Refusal(
+            f"generator.inference_engine.num_engines must be a whole number >= 1 (here {engines})", shared=True
+        )
+    if not (isinstance(tp, int) and not isinstance(tp, bool) and tp >= 1):
+        raise Refusal(
+            f"generator.inference_engine.tensor_parallel_size must be a whole number >= 1 (here {tp})", shared=True
+        )
+    return engines * tp
+
+
+def _colocate_all(value: Any, ctx: Context) -> dict[str, Any]:
+    if value is True:
+        return {}
+    if value is not False:
+        raise Refusal("true or false")
+    out = engines_apart(1, _engine_devices(ctx))
+    # SkyRL's trainer is chosen by its entry point: with only placement keys, the synchronous
+    # one (generate with the current weights, then train); trainer.fully_async.* keys stand
+    # for its fully async entry point, whose rule writes that schedule.
+    if not any(ctx.has(k) for k in FULLY_ASYNC_KEYS):
+        if ctx.get("trainer.algorithm.dynamic_sampling.type", None) == "filter":
+            raise Refusal(
+                "with the engines apart, hybrid runs SkyRL's synchronous trainer as one batch generated per step "
+                "(async_training.mode=one_step_off at lag 0), which cannot draw further batches for dynamic "
+                "sampling (trainer.algorithm.dynamic_sampling.type=filter); keep colocate_all=true for it"
+            )
+        out.update(in_turn_apart())
+    return out
+
+
 def _num_engines(value: Any, ctx: Context) -> dict[str, Any]:
+    if not _colocated(ctx):
+        _engine_devices(ctx)  # colocate_all=false reads it: the engines' own devices
+        return {}
     nodes = ctx.effective("trainer.placement.policy_num_nodes", "trainer.nnodes")
     gpus = ctx.effective("trainer.placement.policy_num_gpus_per_node", "trainer.n_gpus_per_node")
     tp = ctx.effective("generator.inference_engine.tensor_parallel_size", f"{ROLLOUT}.tensor_model_parallel_size")
     if value * tp != nodes * gpus:
         raise Refusal(
-            f"hybrid runs one engine per tensor-parallel group of the policy's {nodes * gpus} devices "
-            f"({nodes * gpus // tp} engines of tensor_parallel_size {tp})"
+            f"with trainer.placement.colocate_all=true the engines share the policy's {nodes * gpus} devices, "
+            f"one per tensor-parallel group ({nodes * gpus // tp} engines of tensor_parallel_size {tp}); "
+            f"engines on devices of their own need colocate_all=false"
         )
     return {}
+
+
+def _fully_async(value: Any, ctx: Context) -> dict[str, Any]:
+    """SkyRL's fully async trainer (examples/fully_async), read from trainer.fully_async.*.
+
+    SkyRL's AsyncStalenessManager lets `accepted + running <= (S + step) x B` groups be started
+    at step `step` (B = policy_mini_batch_size, S = max_staleness_steps): generation runs S
+    steps' worth of groups ahead, no group is trained more than S steps after it was scheduled,
+    each step takes B groups and the weights go to the engines after every step. That is
+    verl's staleness_threshold = S in sync windows of one step, with the bound S.
+    """
+    if _colocated(ctx):
+        raise Refusal(
+            "SkyRL's fully async trainer requires trainer.placement.colocate_all=false (it asserts so): the "
+            "engines generate on devices of their own while the policy trains; set colocate_all=false with "
+            "generator.inference_engine.num_engines x tensor_parallel_size engine devices",
+            shared=True,
+        )
+    bound = ctx.get("trainer.fully_async.max_staleness_steps")
+    if not (whole(bound) and bound >= 0):
+        raise Refusal(
+            f"trainer.fully_async.max_staleness_steps must be a whole number of steps >= 0 (here {bound})", shared=True
+        )
+    bound = int(bound)
+    mini = ctx.effective("trainer.policy_mini_batch_size", f"{ACTOR}.ppo_mini_batch_size")
+    train = ctx.effective("trainer.train_batch_size", "data.train_batch_size")
+    if train != mini:
+        raise Refusal(
+            f"SkyRL's fully async trainer requires trainer.train_batch_size ({train}) to equal "
+            f"trainer.policy_mini_batch_size ({mini}): a step trains one mini batch of groups",
+            shared=True,
+        )
+    workers = None
+    if ctx.has("trainer.fully_async.num_parallel_generation_workers"):
+        workers = ctx.get("trainer.fully_async.num_parallel_generation_workers")
+        top = mini * (bound + 1)
+        if not (isinstance(workers, int) and not isinstance(workers, bool) and mini <= workers <= top):
+            raise Refusal(
+                f"SkyRL requires policy_mini_batch_size <= trainer.fully_async.num_parallel_generation_workers <= "
+                f"policy_mini_batch_size x (max_staleness_steps + 1), here {mini}..{top} (given {workers})",
+                shared=True,
+            )
+    return streamed(ahead=bound, bound=bound, require_batches=1, in_flight=workers)
+
+
+def _offload_after_step(verl_key: str):
+    def convert(value: Any, ctx: Context) -> dict[str, Any]:
+        # SkyRL offloads the optimizer state after a step only with colocate_all=true.
+        return {verl_key: value} if _colocated(ctx) else {}
+
+    return convert
 
 
 def _bucket_mb(value: Any, ctx: Context) -> int:

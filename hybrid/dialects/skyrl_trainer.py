@@ -8,20 +8,20 @@ from __future__ import annotations
 from hybrid.dialects.skyrl_convert import (
     ACTOR,
     ARR,
-    ASYNC,
-    COLOCATED,
     DEEPSPEED,
     MEGATRON,
     REF,
     ROLLOUT,
     _cispo_bound,
     _clip_ratio_c,
+    _colocate_all,
     _critic_path,
     _dynamic_sampling,
     _entropy,
     _epochs,
     _eps_clip,
     _fsdp_mixed_precision,
+    _fully_async,
     _hf_save_interval,
     _kl_estimator,
     _legacy_kl_flag,
@@ -31,6 +31,7 @@ from hybrid.dialects.skyrl_convert import (
     _max_ckpts,
     _max_sample_batches,
     _normalize_values,
+    _offload_after_step,
     _policy_loss,
     _ref_path,
     _ref_sequence_parallel,
@@ -67,7 +68,8 @@ TRAINER_RULES = (
     custom("trainer.policy.model.lora.init_method", (), _lora_init, "kaiming accepted"),
     ignore(
         "trainer.policy.model.lora.lora_sync_path",
-        "hybrid loads LoRA weights into its in-process engine in memory, not through a folder",
+        "hybrid hands LoRA weights to its engines directly (in memory, or through Ray's object store), "
+        "not through a folder",
     ),
     custom("trainer.ref.model.path", (), _ref_path, "null or the policy's path accepted"),
     custom("trainer.critic.model.path", ("critic.model.path",), _critic_path, "same value"),
@@ -96,10 +98,12 @@ TRAINER_RULES = (
         f"{ACTOR}.optim.warmup_style",
         {"constant_with_warmup": "constant", "constant": "constant", "linear": "linear", "cosine": "cosine"},
     ),
-    same(
+    custom(
         "trainer.policy.optimizer_config.offload_after_step",
-        f"{ACTOR}.fsdp_config.optimizer_offload",
-        note="the optimizer state leaves the device between updates",
+        (f"{ACTOR}.fsdp_config.optimizer_offload",),
+        _offload_after_step(f"{ACTOR}.fsdp_config.optimizer_offload"),
+        "same value with colocate_all=true; nothing with colocate_all=false",
+        "the optimizer state leaves the device between updates; SkyRL reads it only when colocated",
     ),
     same("trainer.critic.optimizer_config.lr", "critic.optim.lr"),
     same("trainer.critic.optimizer_config.adam_betas", "critic.optim.betas"),
@@ -116,7 +120,12 @@ TRAINER_RULES = (
         "critic.optim.warmup_style",
         {"constant_with_warmup": "constant", "constant": "constant", "linear": "linear", "cosine": "cosine"},
     ),
-    same("trainer.critic.optimizer_config.offload_after_step", "critic.model.fsdp_config.optimizer_offload"),
+    custom(
+        "trainer.critic.optimizer_config.offload_after_step",
+        ("critic.model.fsdp_config.optimizer_offload",),
+        _offload_after_step("critic.model.fsdp_config.optimizer_offload"),
+        "same value with colocate_all=true; nothing with colocate_all=false",
+    ),
     # ---- FSDP
     choice(
         "trainer.strategy",
@@ -216,10 +225,30 @@ TRAINER_RULES = (
     ignore("trainer.flash_attn", "hybrid picks the attention kernel itself (packed varlen attention where available)"),
     refuse("trainer.disable_fast_tokenizer", "hybrid loads the tokenizer with transformers' defaults", accept=(False,)),
     # ---- placement
-    refuse("trainer.placement.colocate_all", COLOCATED, accept=(True,)),
+    custom(
+        "trainer.placement.colocate_all",
+        (
+            "actor_rollout_ref.hybrid_engine",
+            "rollout.nnodes",
+            "rollout.n_gpus_per_node",
+            "async_training.mode",
+            "async_training.max_staleness_steps",
+            "async_training.use_rollout_log_probs",
+        ),
+        _colocate_all,
+        "true: nothing (hybrid's fused engine); false -> hybrid_engine=false, rollout.nnodes=1, "
+        "rollout.n_gpus_per_node = num_engines x tensor_parallel_size; without trainer.fully_async.* also "
+        "mode=one_step_off, max_staleness_steps=0, use_rollout_log_probs=false (refused then with "
+        "dynamic_sampling.type=filter, which that schedule cannot resample for)",
+        "false: the engines run on devices of their own beside the policy's (trainer.placement.policy_num_*, "
+        "the training group; SkyRL's critic gets devices of its own too, hybrid's stays with the policy). "
+        "SkyRL's synchronous trainer then generates with the current weights and trains in turn: hybrid's "
+        "one-step-off at lag 0, anchored on the trainer's recomputed log-probs as SkyRL's. Engines are Ray "
+        "actors that Ray places; only their count of devices is kept",
+    ),
     refuse(
         "trainer.placement.colocate_policy_ref",
-        "the reference model lives in hybrid's fused actor worker",
+        "the reference model lives in hybrid's actor worker, on the policy's devices",
         accept=(True,),
     ),
     refuse(
@@ -312,7 +341,36 @@ TRAINER_RULES = (
         "trainer.dump_eval_results",
         "hybrid writes validation samples to val_generations.jsonl (trainer.log_val_generations)",
     ),
-    refuse("trainer.fully_async.*", ASYNC),
+    custom(
+        "trainer.fully_async.max_staleness_steps",
+        (
+            "async_training.mode",
+            "async_training.staleness_threshold",
+            "async_training.max_staleness_steps",
+            "async_training.trigger_parameter_sync_step",
+            "async_training.require_batches",
+            "async_training.partial_rollout",
+            "async_training.use_rollout_log_probs",
+        ),
+        _fully_async,
+        "S -> mode=fully_async, max_staleness_steps=S, staleness_threshold=S, trigger_parameter_sync_step=1, "
+        "require_batches=1, partial_rollout=true, use_rollout_log_probs=false; needs colocate_all=false",
+        "a trainer.fully_async.* key stands for SkyRL's fully async entry point (SkyRL picks its trainer by "
+        "entry point, not by a key); S steps = S weight pushes (SkyRL syncs after every step); SkyRL's "
+        "capacity (S + step) x policy_mini_batch_size groups is verl's staleness_threshold=S windows of one "
+        "step; a step takes policy_mini_batch_size groups (train_batch_size must equal it, as SkyRL asserts). "
+        "SkyRL continues a turn paused by a weight sync from its partial tokens, hybrid samples the aborted "
+        "turn again on the new weights. Not given with the other key: SkyRL's default 4",
+    ),
+    custom(
+        "trainer.fully_async.num_parallel_generation_workers",
+        ("async_training.max_groups_in_flight", "async_training.mode"),
+        _fully_async,
+        "same value -> max_groups_in_flight, with the schedule of max_staleness_steps; must lie in "
+        "policy_mini_batch_size .. policy_mini_batch_size x (max_staleness_steps + 1)",
+        "groups generating at once (one SkyRL worker generates one group); not given: hybrid's default, a "
+        "sync window's worth (policy_mini_batch_size groups), where SkyRL's is 768 workers",
+    ),
     # ---- algorithm
     choice(
         "trainer.algorithm.advantage_estimator",

@@ -266,7 +266,7 @@ rollout_batch_size: 8
 num_return_sequences_in_group: 4
 response_length: 48
 adv_estimator: gigpo
-async_generation_ratio: 1
+async_generation_ratio: 0.5
 logging_steps: 5
 reward_clip: 10
 advantage_clip: 2.0
@@ -289,7 +289,7 @@ actor_infer:
     ulysses_size: 2
   strategy_args:
     strategy_name: sglang
-  device_mapping: list(range(8,12))
+  device_mapping: list(range(4,12))
   generating_args:
     num_beams: 4
 reference:
@@ -305,7 +305,7 @@ rewards:
 """
 ROLL_REFUSED = [
     ("adv_estimator=gigpo", "step-wise estimator"),
-    ("async_generation_ratio=1", "synchronous and on-policy"),
+    ("async_generation_ratio=0.5", "requires async_generation_ratio >= 1 when it is asynchronous"),
     ("logging_steps=5", "logs every step"),
     ("reward_clip=10", "reward clipping"),
     ("advantage_clip=2.0", "advantage clipping"),
@@ -319,7 +319,7 @@ ROLL_REFUSED = [
     ("actor_train.strategy_args.strategy_name=megatron_train", "Megatron"),
     ("actor_infer.model_args.ulysses_size=2", "tensor parallelism only"),
     ("actor_infer.strategy_args.strategy_name=sglang", "in-process vLLM"),
-    ("actor_infer.device_mapping=list(range(8,12))", "colocated on the same devices"),
+    ("actor_infer.device_mapping=list(range(4,12))", "shares some of actor_train's devices"),
     ("actor_infer.generating_args.num_beams=4", "beam search"),
     ("reference.strategy_args.strategy_name=deepspeed_infer", "DeepSpeed"),
     ("critic.strategy_args.strategy_name=deepspeed_train", "DeepSpeed"),
@@ -342,7 +342,13 @@ def test_roll_refusals_are_all_listed_at_once_by_name_with_the_reason(tmp_path):
 def test_roll_documents_at_least_ten_refused_keys():
     refused = {r.key for r in roll_dialect.RULES if r.kind == "refuse"}
     assert len(refused) >= 10
-    for key in ("async_generation_ratio", "reward_clip", "advantage_clip", "logging_steps", "reward_model.*"):
+    for key in (
+        "actor_train.model_update_frequency",
+        "reward_clip",
+        "advantage_clip",
+        "logging_steps",
+        "reward_model.*",
+    ):
         assert key in refused
 
 
@@ -359,7 +365,7 @@ def test_roll_documents_at_least_ten_refused_keys():
         ("actor_train:\n  data_args:\n    template: qwen2_5\n", "set template: native"),
         (
             "actor_train:\n  device_mapping: list(range(0,4))\nreference:\n  device_mapping: list(range(4,8))\n",
-            "same device_mapping",
+            "give them actor_train's device_mapping",
         ),
         ("pretrain: /a\nreference:\n  model_args:\n    model_name_or_path: /b\n", "initial policy"),
         ("actor_train:\n  model_args:\n    dtype: fp16\n", "supported: bf16, fp32"),

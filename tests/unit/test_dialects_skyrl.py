@@ -242,9 +242,8 @@ def test_skyrl_warmup_is_converted_from_optimizer_steps_to_training_steps():
 # SkyRL keys hybrid has no equivalent for, each with a value a user would give and a piece
 # of the reason the refusal must give.
 SKYRL_REFUSED = [
-    ("trainer.placement.colocate_all=false", "hybrid always colocates training and generation on the same devices"),
-    ("trainer.placement.colocate_policy_ref=false", "fused actor worker"),
-    ("trainer.placement.ref_num_gpus_per_node=2", "same devices"),
+    ("trainer.placement.colocate_policy_ref=false", "lives in hybrid's actor worker, on the policy's devices"),
+    ("trainer.placement.ref_num_gpus_per_node=2", "in the training group, on the policy's devices"),
     ("trainer.strategy=megatron", "Megatron"),
     ("trainer.policy.megatron_config.tensor_model_parallel_size=2", "Megatron"),
     ("deepspeed_config.train.zero_optimization.stage=3", "DeepSpeed"),
@@ -252,7 +251,7 @@ SKYRL_REFUSED = [
     ("trainer.ref.sequence_parallel_size=2", "splits sequences as the policy does"),
     ("trainer.policy.use_torch_compile=true", "torch.compile"),
     ("trainer.update_ref_every_epoch=true", "reference stays the initial policy"),
-    ("trainer.fully_async.max_staleness_steps=4", "synchronous and on-policy"),
+    ("trainer.fully_async.max_staleness_steps=4", "requires trainer.placement.colocate_all=false"),
     ("trainer.algorithm.dynamic_sampling.type=replace", "replace has no equivalent"),
     ("trainer.algorithm.zero_variance_filter=true", "zero-variance"),
     ("trainer.algorithm.advantage_batch_normalize=true", "normalise advantages over the batch"),
@@ -286,10 +285,7 @@ def test_skyrl_refusals_are_all_listed_at_once_by_name_with_the_reason():
         line = next((ln for ln in lines if ln.startswith(f"  - {override.split('=')[0]}=")), None)
         assert line is not None, override
         assert reason in line, (line, reason)
-    assert (
-        "  - trainer.placement.colocate_all=false: hybrid always colocates training and generation on the same devices"
-        in lines
-    )
+    assert "  - trainer.policy.record_memory=true: no memory-snapshot switch in hybrid" in lines
 
 
 @pytest.mark.parametrize(
@@ -310,11 +306,11 @@ def test_skyrl_documents_at_least_twenty_refused_keys():
     assert all(r.note for r in refused)
     keys = {r.key for r in refused}
     for key in (
-        "trainer.placement.colocate_all",
+        "trainer.placement.colocate_policy_ref",
         "trainer.policy.use_torch_compile",
         "generator.step_wise_trajectories",
         "trainer.policy.megatron_config.*",
-        "trainer.fully_async.*",
+        "generator.inference_engine.run_engines_locally",
     ):
         assert key in keys
 
