@@ -157,3 +157,30 @@ def sharp_engine(model_dir: str, tokenizer, *overrides: str, n: int = 1, respons
     engine = VLLMRollout(cfg.actor_rollout_ref.model, cfg.actor_rollout_ref.rollout, tokenizer, hf_config)
     engine.update_weights(list(sharp_weights(model_dir).items()))
     return engine
+
+
+def chat_batch(tokenizer, chats, width=48, **columns) -> DataProto:
+    """Prompts as the data loader makes them (template text -> tokens, left padded) with
+    the non-tensor fields the worker passes (raw_prompt, index, reward_model, ...)."""
+    ids = torch.full((len(chats), width), tokenizer.pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(chats), width), dtype=torch.long)
+    for i, chat in enumerate(chats):
+        text = tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
+        row = tokenizer(text, add_special_tokens=False)["input_ids"]
+        ids[i, width - len(row) :] = torch.tensor(row)
+        mask[i, width - len(row) :] = 1
+    non_tensors = {
+        "raw_prompt": chats,
+        "index": list(range(len(chats))),
+        "reward_model": [{"ground_truth": "68"}] * len(chats),
+        "extra_info": [{"index": i} for i in range(len(chats))],
+        **columns,
+    }
+    arrays = {}
+    for key, values in non_tensors.items():
+        arrays[key] = np.empty(len(chats), dtype=object)
+        arrays[key][:] = values
+    return DataProto.from_dict(
+        tensors={"input_ids": ids, "attention_mask": mask, "position_ids": torch.clamp(mask.cumsum(-1) - 1, min=0)},
+        non_tensors=arrays,
+    )

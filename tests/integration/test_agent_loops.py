@@ -17,8 +17,7 @@ import pytest
 import torch
 
 from reward.environments import BaseTextEnv, register_env
-from tests.integration.engine_helpers import sharp_engine
-from tests.integration.test_multi_turn import chat_batch
+from tests.integration.engine_helpers import chat_batch, sharp_engine
 
 pytestmark = pytest.mark.integration
 

@@ -19,14 +19,12 @@ import copy
 import dataclasses
 import time
 
-import numpy as np
 import pytest
 import torch
 
-from protocol.data_proto import DataProto
 from reward.environments import BaseTextEnv, register_env
 from reward.environments.arithmetic_retry import RETRY_MESSAGE
-from tests.integration.engine_helpers import engine_config
+from tests.integration.engine_helpers import chat_batch, engine_config
 from workers.rollout.base import GeneratedTurn, engine_max_model_len
 from workers.rollout.multi_turn import MultiTurnLoop
 
@@ -108,33 +106,6 @@ class ScriptedEngine:
 def rollout_config(model_dir, *overrides, n=1, response_length=64):
     cfg = engine_config(model_dir, f"{MT}.enable=true", *overrides, n=n, response_length=response_length)
     return cfg.actor_rollout_ref.rollout
-
-
-def chat_batch(tokenizer, chats, width=48, **columns) -> DataProto:
-    """Prompts as the data loader makes them (template text -> tokens, left padded) with
-    the non-tensor fields the worker passes (raw_prompt, index, reward_model, ...)."""
-    ids = torch.full((len(chats), width), tokenizer.pad_token_id, dtype=torch.long)
-    mask = torch.zeros((len(chats), width), dtype=torch.long)
-    for i, chat in enumerate(chats):
-        text = tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
-        row = tokenizer(text, add_special_tokens=False)["input_ids"]
-        ids[i, width - len(row) :] = torch.tensor(row)
-        mask[i, width - len(row) :] = 1
-    non_tensors = {
-        "raw_prompt": chats,
-        "index": list(range(len(chats))),
-        "reward_model": [{"ground_truth": "68"}] * len(chats),
-        "extra_info": [{"index": i} for i in range(len(chats))],
-        **columns,
-    }
-    arrays = {}
-    for key, values in non_tensors.items():
-        arrays[key] = np.empty(len(chats), dtype=object)
-        arrays[key][:] = values
-    return DataProto.from_dict(
-        tensors={"input_ids": ids, "attention_mask": mask, "position_ids": torch.clamp(mask.cumsum(-1) - 1, min=0)},
-        non_tensors=arrays,
-    )
 
 
 def encode(tokenizer, text):

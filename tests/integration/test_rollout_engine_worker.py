@@ -27,6 +27,7 @@ import torch
 
 from protocol.data_proto import DataProto
 from tests.integration.engine_helpers import (
+    chat_batch,
     engine_config,
     logp_update_logp,
     prompt_batch,
@@ -34,7 +35,6 @@ from tests.integration.engine_helpers import (
     synthetic_rollout,
     with_advantages,
 )
-from tests.integration.test_multi_turn import chat_batch
 
 pytestmark = pytest.mark.integration
 
