@@ -4,11 +4,23 @@ from a config (2 layers, hidden 64) that reuse the SmolLM2 tokenizer."""
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_ray_cluster_left_behind():
+    """A test that trains through Ray in this process (hybrid.run starts the cluster and leaves
+    it up, as a driver script does) must not hand it to the next module: the modules that start
+    their own with ray.init would fail with "ray.init twice"."""
+    yield
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()
 
 
 @pytest.fixture(scope="session")
