@@ -228,13 +228,26 @@ def run_row(mode: str, workload: str, records: list[dict], arrivals: dict[int, f
     return row
 
 
+def work_ceiling(sync: dict) -> float | None:
+    """The most any schedule on the same cores can gain over `sync` if the work is CPU-bound:
+    splitting the cores between roles does not shrink the work, it can only fill the time the
+    sync step leaves the cores idle, which is generation's share of the step times the share of
+    generation with no request in the engine (every trajectory waiting on its environment)."""
+    busy = sync.get("agent/engine_busy_share")
+    if busy is None or sync.get("trainer_idle_share") is None:
+        return None
+    return 1.0 / (1.0 - sync["trainer_idle_share"] * (1.0 - busy))
+
+
 def add_ratios(rows: list[dict]) -> None:
-    """Each row's samples/s over its workload's sync row (None without one)."""
+    """Each row's samples/s over its workload's sync row (None without one), and that
+    workload's work-conservation ceiling."""
     sync = {r["workload"]: r for r in rows if r["mode"] == "sync" and r.get("ok", True)}
     for row in rows:
         base = sync.get(row["workload"])
         ok = row.get("ok", True) and base is not None
         row["ratio"] = row["samples_per_s"] / base["samples_per_s"] if ok else None
+        row["work_ceiling"] = work_ceiling(base) if base is not None else None
 
 
 def val_success(records: list[dict]) -> dict:
@@ -279,6 +292,7 @@ def summary(rows: list[dict], accuracy: dict | None, setup: dict) -> dict:
         "max_staleness_seen": max(stale) if stale else None,
         "trainer_idle_share": idle,
         "ratio_fully_async_single": single["ratio"] if single else None,
+        "work_ceiling_latency": latency["work_ceiling"] if latency else None,
         "goals": goals(ratio, idle, gap),
         "rows": rows,
         "accuracy": accuracy,
@@ -522,6 +536,12 @@ def print_report(doc: dict, args) -> None:
     for workload in dict.fromkeys(r["workload"] for r in doc["rows"]):
         print(f"\n{titles[workload]}")
         print("\n".join(table_lines(doc["rows"], workload)))
+    for row in (r for r in doc["rows"] if r["mode"] == "sync" and r.get("work_ceiling") is not None):
+        gen, empty = row["trainer_idle_share"], 1 - row["agent/engine_busy_share"]
+        print(
+            f"{row['workload']}: sync leaves the cores idle {gen * empty:.1%} of a step (generation {gen:.1%} of it, "
+            f"the engine empty {empty:.1%} of that): a CPU-bound job gains at most {row['work_ceiling']:.2f}x"
+        )
     single = doc["ratio_fully_async_single"]
     print(f"\nsingle-turn fully_async_s4 / sync samples/s: {_cell(single, '.2f')} (reported, no goal)")
     print(f"max staleness seen over every async run: {_cell(doc['max_staleness_seen'], '.0f')}")

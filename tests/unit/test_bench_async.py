@@ -25,6 +25,7 @@ from scripts.bench_async import (
     table_lines,
     val_success,
     wait_for_quiet,
+    work_ceiling,
     workload_overrides,
 )
 
@@ -131,6 +132,17 @@ def test_the_document_ratios_goals_and_table():
     assert lines[0].split()[:3] == ["mode", "steps/s", "samples/s"] and "FAILED (exit 1)" in lines[3]
     multi = "\n".join(table_lines(doc["rows"], "multi"))
     assert "2.00" in multi and "update_actor 5.00" in multi
+    assert doc["work_ceiling_latency"] is None  # the records carry no agent/engine_busy_share
+
+
+def test_the_work_ceiling_fills_only_the_idle_share_of_generation():
+    # Generation 40% of the sync step, the engine empty a quarter of it: 10% of the step idle.
+    sync = {**_row("sync"), "agent/engine_busy_share": 0.75}
+    assert work_ceiling(sync) == pytest.approx(1 / 0.9)
+    assert work_ceiling({**sync, "agent/engine_busy_share": 1.0}) == pytest.approx(1.0)
+    doc = summary([sync, _row("fully_async_s4", seconds_per_step=8.0)], None, {})
+    assert doc["work_ceiling_latency"] == pytest.approx(1 / 0.9)
+    assert doc["ratio_fully_async_latency"] == pytest.approx(1.25)
 
 
 def test_goals_at_their_thresholds_and_without_values():
