@@ -40,7 +40,6 @@ import argparse
 import asyncio
 import dataclasses
 import json
-import math
 import os
 import platform
 import statistics
@@ -51,6 +50,7 @@ import time
 import numpy as np
 
 from reward.environments import BaseTextEnv, register_env
+from scripts.latency_env import lognormal_mu
 
 ENV_NAME = "bench_agent_latency"
 R = "actor_rollout_ref.rollout"
@@ -63,11 +63,6 @@ GOAL_RATIO_LATENCY, GOAL_OVER_BOUND, GOAL_RATIO_ZERO = 2.0, 1.15, 0.95
 
 
 # ---------------------------------------------------------------------- pure parts
-
-
-def lognormal_mu(mean: float, sigma: float) -> float:
-    """The mu that gives a lognormal of this mean: E = exp(mu + sigma^2 / 2)."""
-    return math.log(mean) - sigma * sigma / 2
 
 
 def draw_latency(seed: int, trajectory: int, turn: int, mean: float, sigma: float) -> float:

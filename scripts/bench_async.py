@@ -9,7 +9,7 @@ Every run is a real training run of `--steps` steps, `python -m hybrid.main_ppo`
 subprocess of its own, with the default model (SmolLM2-135M) and the default arithmetic data,
 no validation, no checkpoint, the file logger read back as the run goes. A subprocess per run
 because each run starts and stops its own Ray cluster, vLLM engine(s) and training ranks: every
-mode gets the same cold start and a clean memory, the latency environment is loaded from this
+mode gets the same cold start and a clean memory, the latency environment (scripts/latency_env.py) is loaded from its
 file by path in whichever process steps it (the fused worker, or the engine's actor), and a
 mode that crashes or hangs is killed (its own process group) and reported with its command
 while the other runs go on. Every mode runs the agent loops (`rollout.mode=async`), so what
@@ -40,88 +40,31 @@ fully_async_s4, within 3 points.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-import math
 import os
-import platform
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
-import numpy as np
-
-from reward.environments.arithmetic_retry import ArithmeticRetryEnv
+from scripts import latency_env
+from scripts.bench_agent_loop import device_name
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH_DIR = REPO / ".bench" / "bench_async"
-ENV_SPEC = f"{Path(__file__).resolve()}:LatencyRetryEnv"
+ENV_SPEC = f"{Path(latency_env.__file__).resolve()}:LatencyRetryEnv"
 MODES = ("sync", "one_step_off", "fully_async_s1", "fully_async_s4")
 WORKLOADS = ("single", "multi")
 PROMPTS, N = 8, 4
 R, AT = "actor_rollout_ref.rollout", "async_training"
 MT = f"{R}.multi_turn"
 GOAL_RATIO, GOAL_IDLE, GOAL_ACCURACY_POINTS = 1.8, 0.10, 3.0
-SPLITS = {"train": 0, "val": 1, "test": 2}
 # Also kept per row (means over the timed steps): what the rollout did and where its time went.
 EXTRA_METRICS = (
     "multi_turn/env/env_latency_s", "multi_turn/turns/mean", "multi_turn/finish_reason/length", "agent/in_flight/mean",
     "agent/engine_busy_share", "agent/env_wait_share", "agent/latency_s/p95", "async/staleness/mean",
 )  # fmt: skip
-
-# ---------------------------------------------------------------------- the latency environment
-
-
-def lognormal_mu(mean: float, sigma: float) -> float:
-    """The mu that gives a lognormal of this mean: E = exp(mu + sigma^2 / 2)."""
-    return math.log(mean) - sigma * sigma / 2
-
-
-def draw_latency(seed: int, split: int, index: int, sample: int, turn: int, mean: float, sigma: float) -> float:
-    """The wait before environment step `turn` (1-based) of the `sample`th trajectory of row
-    `index`: the same in every mode, whatever order the steps run in. Zero when mean <= 0."""
-    if mean <= 0:
-        return 0.0
-    rng = np.random.default_rng([seed, split, index, sample, turn])
-    return float(rng.lognormal(lognormal_mu(mean, sigma), sigma))
-
-
-class LatencyRetryEnv(ArithmeticRetryEnv):
-    """arithmetic_retry behind a slow service: each `step` first awaits (asyncio.sleep, an async
-    client) its drawn wait. env_kwargs: seed, latency_mean, latency_sigma. A row's trajectories
-    are numbered 0, 1, ... in the order this process makes them, so a prompt's n samples wait
-    the same draws in every mode (a prompt generated again after a drop draws anew)."""
-
-    _made: dict = {}
-    _lock = threading.Lock()
-
-    def __init__(self, env_config=None, extras=None):
-        super().__init__(env_config, extras)
-        info = self.extras.get("extra_info") or {}
-        self.row = (SPLITS.get(str(info.get("split", "train")), 3), int(info.get("index", self.extras.get("index", 0))))
-        with LatencyRetryEnv._lock:
-            self.sample = LatencyRetryEnv._made.get(self.row, 0)
-            LatencyRetryEnv._made[self.row] = self.sample + 1
-        self.waited = 0.0
-
-    def wait_s(self, turn: int) -> float:
-        config = self.env_config or {}
-        mean, sigma = float(config.get("latency_mean", 1.0)), float(config.get("latency_sigma", 1.0))
-        return draw_latency(int(config.get("seed", 0)), *self.row, self.sample, turn, mean, sigma)
-
-    async def step(self, action):
-        wait = self.wait_s(self.turns + 1)
-        if wait > 0:
-            await asyncio.sleep(wait)
-        self.waited += wait
-        return super().step(action)
-
-    def get_metrics(self) -> dict:
-        return {**super().get_metrics(), "env_latency_s": self.waited}
-
 
 # ---------------------------------------------------------------------- the runs' settings
 
@@ -515,12 +458,6 @@ def git_commit() -> str:
     return done.stdout.strip() or "unknown"
 
 
-def machine() -> str:
-    with open("/proc/cpuinfo") as f:
-        cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
-    return f"{cpu or platform.machine()}, {os.cpu_count()} cores"
-
-
 def print_report(doc: dict, args) -> None:
     setup = doc["setup"]
     print(
@@ -597,7 +534,7 @@ def main(argv=None) -> int:
     setup = {
         **{k: v for k, v in vars(args).items() if k != "json"},
         "model": model,
-        "machine": machine(),
+        "machine": device_name(),
         "commit": git_commit(),
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "unset (main_ppo: all cores)"),
         "load_start": load_start,

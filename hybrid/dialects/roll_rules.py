@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from hybrid.dialects.asynchronous import SCHEDULE_KEYS
 from hybrid.dialects.roll_agentic import AGENTIC_RULES
 from hybrid.dialects.roll_convert import (
     ACTOR,
@@ -166,16 +167,7 @@ RULES: tuple[Rule, ...] = (
     # ---- scheduling
     custom(
         "async_generation_ratio",
-        (
-            "async_training.mode",
-            "async_training.staleness_threshold",
-            "async_training.max_staleness_steps",
-            "async_training.trigger_parameter_sync_step",
-            "async_training.require_batches",
-            "async_training.partial_rollout",
-            "async_training.use_rollout_log_probs",
-            "async_training.max_groups_in_flight",
-        ),
+        SCHEDULE_KEYS,
         _async_generation_ratio,
         "0: synchronous (with actor_infer apart: mode=one_step_off, max_staleness_steps=0, "
         "use_rollout_log_probs=false); r >= 1 -> mode=fully_async, staleness_threshold=r, max_staleness_steps=ceil(r), "

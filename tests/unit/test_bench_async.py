@@ -12,12 +12,9 @@ import numpy as np
 import pytest
 
 from scripts.bench_async import (
-    LatencyRetryEnv,
     accuracy_result,
     cpu_delta,
-    draw_latency,
     goals,
-    lognormal_mu,
     mode_overrides,
     others,
     run_row,
@@ -28,6 +25,7 @@ from scripts.bench_async import (
     work_ceiling,
     workload_overrides,
 )
+from scripts.latency_env import LatencyRetryEnv, draw_latency, lognormal_mu
 
 
 def test_the_waits_have_the_asked_mean_and_sigma():
