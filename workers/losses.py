@@ -178,12 +178,10 @@ def compute_policy_loss_gspo(
     the token ratios, ``s_i = exp(mean_t(logp - old))``, clipped PPO-style.
 
     Per token the ratio is ``sg[s_i] * pi / sg[pi]`` (value ``s_i``, gradient of the token's
-    log-prob), its log clamped at 10. The loss is aggregated ``seq-mean-token-mean`` whatever
-    ``loss_agg_mode`` says, because the objective is defined per sequence: verl 0.6 to 0.9
-    (``compute_policy_loss_gspo``) take ``loss_agg_mode`` and hard-code
-    ``agg_loss(..., loss_agg_mode="seq-mean-token-mean")``, so a verl run with
-    ``actor.loss_agg_mode=token-mean`` and GSPO trains this loss. ``actor.loss_agg_mode`` still
-    aggregates the actor's entropy and KL-loss terms. ``pg_clipfrac_lower`` is 0.
+    log-prob), its log clamped at 10. The loss is aggregated by ``loss_agg_mode``
+    (``actor.loss_agg_mode``), as verl 0.9 does; the paper's objective is
+    ``seq-mean-token-mean``, which a GSPO run should set (verl's GSPO example does). verl 0.6 to
+    0.8 hard-coded ``seq-mean-token-mean`` here. ``pg_clipfrac_lower`` is 0.
     """
     low, high = _clip_range(config)
     neg_kl = log_prob - old_log_prob
@@ -196,7 +194,7 @@ def compute_policy_loss_gspo(
     pg_losses2 = -advantages * torch.clamp(seq_ratio, 1 - low, 1 + high)
     pg_losses = torch.maximum(pg_losses1, pg_losses2)
     pg_losses = apply_truncated_is(pg_losses, rollout_is_weights)
-    pg_loss = agg_loss(pg_losses, response_mask, "seq-mean-token-mean")
+    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
 
     pg_clipfrac = masked_mean(torch.gt(pg_losses2, pg_losses1).float(), response_mask)
     ppo_kl = masked_mean(-_log_ratio(log_prob, old_log_prob), response_mask)

@@ -285,7 +285,7 @@ GSPO_CFG = SimpleNamespace(
 )
 
 
-def test_gspo_sequence_ratio_by_hand_and_ignores_agg_mode():
+def test_gspo_sequence_ratio_by_hand():
     # s_i is the geometric mean of the token ratios, exp(mean log-ratio):
     # row 0: log-ratios [ln1.44, 0] -> s = 1.2 (arithmetic mean would be 1.22), A=+1 -> -1.2
     # row 1: log-ratios [ln.9]*3    -> s = 0.9, A=-1                              -> 0.9
@@ -293,8 +293,8 @@ def test_gspo_sequence_ratio_by_hand_and_ignores_agg_mode():
     old, logp = _ratio_case([[LN(1.44), 0.0, 40.0], [LN(0.9)] * 3, [LN(2), 0.0, -40.0]])
     adv = t([[1.0, 1.0, 1.0], [-1.0, -1.0, -1.0], [1.0, 1.0, 1.0]])
     mask = t([[1, 1, 0], [1, 1, 1], [1, 1, 0]])
-    loss, m = L.compute_policy_loss_gspo(old, logp, adv, mask, "token-mean", GSPO_CFG)
-    close(loss, (-1.2 + 0.9 - 1.28) / 3)  # seq-mean-token-mean regardless of the mode passed
+    loss, m = L.compute_policy_loss_gspo(old, logp, adv, mask, "seq-mean-token-mean", GSPO_CFG)
+    close(loss, (-1.2 + 0.9 - 1.28) / 3)
     close(m["actor/pg_clipfrac"], 2 / 7)
     close(m["actor/pg_clipfrac_lower"], 0.0)
     (grad,) = torch.autograd.grad(loss, logp)
@@ -302,23 +302,33 @@ def test_gspo_sequence_ratio_by_hand_and_ignores_agg_mode():
     close(grad, [[-1.2 / 6, -1.2 / 6, 0.0], [0.1, 0.1, 0.1], [0.0, 0.0, 0.0]])
 
 
-@pytest.mark.parametrize("mode", ["seq-mean-token-sum", "seq-mean-token-sum-norm", "seq-mean-token-mean"])
-def test_gspo_aggregates_seq_mean_token_mean_for_every_agg_mode_as_verl_0_9(mode):
-    # verl 0.9's compute_policy_loss_gspo calls agg_loss(..., loss_agg_mode="seq-mean-token-mean")
-    # whatever actor.loss_agg_mode is. Unclipped rows of 2 and 3 tokens:
+@pytest.mark.parametrize(
+    "mode, expected, per_token",
+    [
+        # per_token: d loss / d (token loss) for the two rows (2 and 3 valid tokens)
+        ("seq-mean-token-mean", -1.55, (1 / 4, 1 / 6)),
+        ("token-mean", -8.2 / 5, (1 / 5, 1 / 5)),
+        ("seq-mean-token-sum", -4.1, (1 / 2, 1 / 2)),
+        ("seq-mean-token-sum-norm", -4.1 / 3, (1 / 6, 1 / 6)),
+    ],
+)
+def test_gspo_aggregates_by_loss_agg_mode_as_verl_0_9(mode, expected, per_token):
+    # verl 0.9's compute_policy_loss_gspo calls agg_loss(..., loss_agg_mode=loss_agg_mode).
+    # Unclipped rows of 2 and 3 tokens:
     #   row 0: log-ratios [ln1.1, ln1.1] -> s = 1.1, A = [1, 1]    -> losses [-1.1, -1.1]
     #   row 1: log-ratios [0, 0, 0]      -> s = 1,   A = [1, 2, 3] -> losses [-1, -2, -3]
-    # seq-mean-token-mean: (-1.1 + -2) / 2 = -1.55. For comparison, the other modes would give
-    # token-mean -8.2 / 5 = -1.64, seq-mean-token-sum (-2.2 - 6) / 2 = -4.1, -norm that / 3.
+    # seq-mean-token-mean (-1.1 + -2) / 2; token-mean -8.2 / 5; seq-mean-token-sum (-2.2 - 6) / 2;
+    # seq-mean-token-sum-norm that / 3 (the horizon).
     old, logp = _ratio_case([[LN(1.1), LN(1.1), 30.0], [0.0, 0.0, 0.0]])
     adv = t([[1.0, 1.0, 50.0], [1.0, 2.0, 3.0]])
     mask = t([[1, 1, 0], [1, 1, 1]])
     loss, m = L.compute_policy_loss_gspo(old, logp, adv, mask, mode, GSPO_CFG)
-    close(loss, -1.55)
+    close(loss, expected)
     close(m["actor/pg_clipfrac"], 0.0)
     (grad,) = torch.autograd.grad(loss, logp)
-    # d(-A sg[s] pi / sg[pi]) / dlogp = -A s per token, / the row's tokens / 2 rows
-    close(grad, [[-1.1 / 4, -1.1 / 4, 0.0], [-1 / 6, -2 / 6, -3 / 6]])
+    # d(-A sg[s] pi / sg[pi]) / dlogp = -A s per token, times the aggregation's weight
+    w0, w1 = per_token
+    close(grad, [[-1.1 * w0, -1.1 * w0, 0.0], [-1 * w1, -2 * w1, -3 * w1]])
 
 
 def _slow_cov(adv, logp, mask):
