@@ -1,6 +1,7 @@
 """A run's checkpoints, on the driver: resume at the start, a save every `trainer.save_freq`
 steps and at the last step, a save when the run is stopped, and the merged Hugging Face
-folder at the end (`trainer.merge_on_finish`).
+folder at the end (`trainer.merge_on_finish`; by default only when `save_freq` > 0, so
+`save_freq=-1` writes nothing, as in verl).
 
 A save writes every role's shards (each worker group's `save_checkpoint`) and the driver's
 `TrainerState` (hybrid/trainer_state.py) into `global_step_N.partial`, then renames it to
@@ -64,12 +65,19 @@ class RunCheckpoints:
         return state.global_step
 
     def due(self, step: int, last_step: bool) -> bool:
-        """Every save_freq steps and at the last step; also the last step when merge_on_finish
-        asks for a Hugging Face folder, which is made from that checkpoint."""
+        """Every save_freq steps and at the last step, as verl (save_freq <= 0: never); also the
+        last step when trainer.merge_on_finish=true asks for a Hugging Face folder, which is made
+        from that checkpoint."""
         cfg = self.config.trainer
         if last_step and cfg.merge_on_finish:
             return True
         return cfg.save_freq > 0 and (step % cfg.save_freq == 0 or last_step)
+
+    def merges(self) -> bool:
+        """trainer.merge_on_finish: true or false as given; null (the default) merges when
+        save_freq > 0, where the last step is saved anyway, so save_freq=-1 writes nothing."""
+        cfg = self.config.trainer
+        return cfg.save_freq > 0 if cfg.merge_on_finish is None else bool(cfg.merge_on_finish)
 
     def save(self, state: TrainerState, groups: dict, last_step: bool = False) -> float:
         """Save every role's state and `state` into global_step_N; returns seconds taken."""
@@ -97,7 +105,7 @@ class RunCheckpoints:
         apply_retention(self.root, step, keep)
         seconds = time.perf_counter() - start
         say(f"checkpoint: saved {final} in {seconds:.2f} s")
-        if last_step and cfg.merge_on_finish:
+        if last_step and self.merges():
             merge_final_actor(os.path.join(final, "actor"))
         return seconds
 

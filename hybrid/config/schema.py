@@ -173,7 +173,7 @@ class TrainerConfig:
     ]
     max_actor_ckpt_to_keep: int | None
     max_critic_ckpt_to_keep: int | None
-    merge_on_finish: bool
+    merge_on_finish: bool | None
     plot_on_finish: bool
     ray_wait_register_center_timeout: PositiveInt
     use_legacy_worker_impl: Annotated[

@@ -13,7 +13,7 @@ from hybrid.checkpoint_folders import (
     remove_partial_checkpoints,
     resume_path_problem,
 )
-from hybrid.config import ConfigError, load_config, validate_config
+from hybrid.config import ConfigError, build_config, load_config, validate_config
 
 ARR = "actor_rollout_ref"
 
@@ -119,3 +119,54 @@ def test_config_checks_for_checkpoint_and_lora_keys():
             ]
         )
     )
+
+
+class _FakeActorGroup:
+    """Writes what a complete actor shard folder needs; records the saves."""
+
+    def __init__(self):
+        self.saved = []
+
+    def save_checkpoint(self, path, global_step, max_ckpt_to_keep):
+        import os
+
+        os.makedirs(path, exist_ok=True)
+        with open(os.path.join(path, "fsdp_config.json"), "w") as f:
+            f.write("{}")
+        self.saved.append(global_step)
+
+
+@pytest.mark.parametrize(
+    "save_freq, merge_on_finish, saved, merged",
+    [
+        (-1, None, [], False),  # verl: save_freq <= 0 never saves, not even the last step
+        (-1, False, [], False),
+        (-1, True, [3], True),  # asked for: the last step is saved to be merged
+        (2, None, [2, 3], True),  # the last step is saved anyway; null merges it
+        (2, False, [2, 3], False),
+    ],
+)
+def test_save_freq_and_merge_on_finish_decide_the_end_of_a_run(
+    tmp_path, monkeypatch, save_freq, merge_on_finish, saved, merged
+):
+    from types import SimpleNamespace
+
+    import hybrid.checkpointing as checkpointing
+
+    merges = []
+    monkeypatch.setattr(checkpointing, "merge_final_actor", merges.append)
+    overrides = [f"trainer.save_freq={save_freq}", f"trainer.default_local_dir={tmp_path}"]
+    if merge_on_finish is not None:  # None: the yaml's default
+        overrides.append(f"trainer.merge_on_finish={str(merge_on_finish).lower()}")
+    config = build_config(overrides)
+    assert config.trainer.merge_on_finish == merge_on_finish
+    run = checkpointing.RunCheckpoints(config, use_critic=False)
+    group = _FakeActorGroup()
+    state = SimpleNamespace(global_step=0, state_dict=lambda: {})  # the TrainerState a save reads
+    for step in (1, 2, 3):  # a 3-step run, as PPOTrainer.after_step drives it
+        state.global_step = step
+        if run.due(step, last_step=step == 3):
+            run.save(state, {"actor_rollout": group}, last_step=step == 3)
+    assert group.saved == saved
+    assert bool(merges) == merged
+    assert sorted(p.name for p in tmp_path.glob("global_step_*")) == [f"global_step_{s}" for s in saved]
