@@ -111,12 +111,26 @@ def default_data_paths() -> dict[str, str]:
     return {"train": str(paths["train"]), "val": str(paths["val"])}
 
 
+def default_sft_data_paths() -> dict[str, str]:
+    """Train and validation parquet files of the default SFT job (hybrid/sft_data.py)."""
+    from hybrid.sft_data import write_arithmetic_sft_parquet
+
+    out = cache_dir() / "data" / "arithmetic_sft"
+    with FileLock(str(out) + ".lock"):
+        paths = {k: out / f"{k}.parquet" for k in ("train", "val")}
+        if not all(p.is_file() for p in paths.values()):
+            paths = write_arithmetic_sft_parquet(out)
+    return {"train": str(paths["train"]), "val": str(paths["val"])}
+
+
 def _resolve(name: str) -> str:
     if name == "model":
         return default_model_path()
     if name in ("train", "val"):
         return default_data_paths()[name]
-    raise ValueError(f"unknown default asset {name!r}; known: model, train, val")
+    if name in ("sft_train", "sft_val"):
+        return default_sft_data_paths()[name[4:]]
+    raise ValueError(f"unknown default asset {name!r}; known: model, train, val, sft_train, sft_val")
 
 
 def resolve_default_assets(config):
