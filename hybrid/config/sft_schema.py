@@ -247,7 +247,7 @@ class SFTConfig:
             resume_mode=t.resume_mode,
             resume_from_path=t.resume_from_path,
             save_freq=t.save_freq,
-            merge_on_finish=False,
+            merge_on_finish=None,  # null: the last step is merged into a Hugging Face folder when saved
             max_actor_ckpt_to_keep=t.max_ckpt_to_keep,
             max_critic_ckpt_to_keep=None,
         )
