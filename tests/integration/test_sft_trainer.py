@@ -46,7 +46,8 @@ def test_loss_is_the_cross_entropy_of_the_target_tokens(tiny_model_dir, tokenize
     from workers.sft import SFTWorker
 
     cfg = _config(tiny_model_dir, sft_files, "model.fsdp_config.mixed_precision=fp32", f"use_remove_padding={packed}")
-    batch = make_collate(tokenizer.pad_token_id)([SFTDataset(sft_files["val"], tokenizer, cfg.data)[i] for i in range(6)])
+    rows = SFTDataset(sft_files["val"], tokenizer, cfg.data)
+    batch = make_collate(tokenizer.pad_token_id)([rows[i] for i in range(6)])
     worker = SFTWorker(cfg, total_steps=1)
     worker.init_model()
     total, count = worker.loss_sums(batch)
@@ -74,7 +75,8 @@ def test_training_lowers_the_loss_saves_and_resumes(tiny_model_dir, sft_files, t
     assert first["last_loss"] < first["first_loss"] - 0.5
     (s4, v4), (s8, v8) = first["val_loss"]
     assert (s4, s8) == (4, 8) and v8 < v4
-    assert sorted(os.listdir(out)) == ["global_step_4", "global_step_8", "latest_checkpointed_iteration.txt", "metrics.jsonl"]
+    listing = ["global_step_4", "global_step_8", "latest_checkpointed_iteration.txt", "metrics.jsonl"]
+    assert sorted(os.listdir(out)) == listing
     assert os.path.isfile(out / "global_step_8" / "actor" / "huggingface" / "model.safetensors")
     second = run_sft(_config(tiny_model_dir, sft_files, "trainer.total_epochs=3", *common))
     assert second["steps"] == 12

@@ -58,9 +58,9 @@ def test_multi_turn_loss_mask_is_exactly_the_assistant_tokens(tokenizer):
     assert ids == want_ids
     assert mask == want_mask
     # The pieces tokenize as the whole conversation does, and the trained tokens read back.
-    assert ids == tokenizer(tokenizer.apply_chat_template(messages, tokenize=False), add_special_tokens=False)[
-        "input_ids"
-    ]
+    assert (
+        ids == tokenizer(tokenizer.apply_chat_template(messages, tokenize=False), add_special_tokens=False)["input_ids"]
+    )
     trained = tokenizer.decode([t for t, m in zip(ids, mask) if m])
     assert trained == "2 + 3 = 5<|im_end|>5 + 1 = 6<|im_end|>"
 
