@@ -73,7 +73,9 @@ class AsyncPPOTrainer(PPOTrainer):
     def init_workers(self) -> None:
         super().init_workers()
         self.engines.start()
-        self.rollouts.attach(self.groups, generator=self.engines)
+        self.rollouts.attach(self.groups, generator=self.engines, reward_loop=self.reward_loop)
+        if self.reward_loop is not None:
+            self.engines.set_reward_loop(*self.reward_loop.rollout_settings())
 
     def update_rollout_weights(self, timing: dict) -> None:
         """Push the trainer's weights to the engines when due: at the start, and every

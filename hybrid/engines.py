@@ -48,6 +48,9 @@ class EnginePool:
         ray.get([engine.init_engine.remote() for engine in self.engines])
         self.dtype = ray.get(self.engines[0].engine_dtype.remote())
 
+    def set_reward_loop(self, handles: list, use_reward_fn: bool, reward_fn_key: str) -> None:
+        ray.get([e.set_reward_loop.remote(handles, use_reward_fn, reward_fn_key) for e in self.engines])
+
     def push(self, actor_wg, version: int) -> float:
         """The trainer's current weights to every engine, as `version`; seconds taken."""
         start = time.perf_counter()

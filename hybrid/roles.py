@@ -27,9 +27,17 @@ def wants_ray(config) -> bool:
                 f"trainer.worker_group=local runs one rank, but trainer.nnodes x trainer.n_gpus_per_node = "
                 f"{config.world_size}; use trainer.worker_group=ray or set both to 1"
             )
+        if config.reward_model.use_reward_loop:
+            raise ValueError(
+                "trainer.worker_group=local: the reward loop's workers are Ray actors; use trainer.worker_group=ray "
+                "(or auto) or reward_model.use_reward_loop=false"
+            )
         return False
     # Asynchronous training runs the engines in Ray actors beside the training group.
-    return choice == "ray" or config.world_size > 1 or config.async_mode is not None
+    # So do the reward loop's workers.
+    return (
+        choice == "ray" or config.world_size > 1 or config.async_mode is not None or config.reward_model.use_reward_loop
+    )
 
 
 # Ray logs its notice that a local cluster uses token authentication here (an understood,
@@ -80,7 +88,7 @@ def _worker_specs(config) -> dict:
     specs = {"actor_rollout": (ActorRolloutRefWorker, (arr,), {"role": role})}
     if config.use_critic:
         specs["critic"] = (CriticWorker, (config.critic,), {})
-    if config.reward_model.enable:
+    if config.reward_model.enable and not config.reward_model.use_reward_loop:
         specs["rm"] = (RewardModelWorker, (config.reward_model,), {})
     return specs
 

@@ -5,7 +5,9 @@ prompt groups vary (`filtered_batch`); validation (hybrid/validation.py) generat
 judges through the same calls.
 
 Scores come from the reward manager (reward/manager.py), the environments' rewards in
-multi-turn rollouts, and the reward model's worker group when `reward_model.enable`.
+multi-turn rollouts, and the reward model's worker group when `reward_model.enable`; with
+`reward_model.use_reward_loop` from the reward loop (hybrid/reward_loop.py), which scores the
+rows the agent loops did not already score as they finished.
 """
 
 from __future__ import annotations
@@ -46,12 +48,14 @@ class Rollouts:
         self.generator = None  # what generates: the fused worker group, or the engines of async training
         self.divisor = 1  # the generator's rows must split evenly over this many ranks
         self.rm_wg = None
+        self.reward_loop = None
         self.reward_metrics: dict[str, float] = {}
 
-    def attach(self, groups: dict, generator=None) -> None:
+    def attach(self, groups: dict, generator=None, reward_loop=None) -> None:
         """The worker groups once built; `generator` (anything with `generate_sequences`)
         when not the fused worker group (asynchronous training's engines, which split rows
-        themselves)."""
+        themselves); `reward_loop` (hybrid/reward_loop.py) when the reward loop scores."""
+        self.reward_loop = reward_loop
         if generator is None:
             self.generator, self.divisor = groups["actor_rollout"], self.world_size
         else:
@@ -107,14 +111,19 @@ class Rollouts:
         """Token-level scores and the reward function's extra info; its metrics go to `into`
         (default: the step's reward metrics)."""
         into = self.reward_metrics if into is None else into
-        result = self.judge(batch, reward_fn)
+        if self.reward_loop is not None:
+            use_reward_fn = not self.multi_turn or bool(self.config.custom_reward_function.path)
+            env_rewards = batch.batch["env_rewards"] if self.multi_turn else None
+            result = self.reward_loop.score(batch, use_reward_fn, env_rewards)
+        else:
+            result = self.judge(batch, reward_fn)
         scores = result["reward_tensor"]
         extra = dict(result.get("reward_extra_info", {}))
         into.update(result.get("reward_metrics", {}))
         # Extra keys of a dict-valued score become metrics (their batch mean).
         for key, values in numeric_columns(extra, len(batch)).items():
             into[f"reward_extra/{key}/mean"] = float(np.mean(values))
-        if self.use_rm:
+        if self.use_rm and self.reward_loop is None:
             rm = self.rm_wg.compute_rm_score(batch).batch["rm_scores"]
             scores = rm if self.config.reward_model.combine == "rm_only" else scores + rm
             extra["rm_score"] = rm.sum(-1).tolist()

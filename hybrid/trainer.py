@@ -68,6 +68,7 @@ class PPOTrainer:
         self.validation = Validation(self.config, tokenizer, val_dataloader, val_reward_fn, self.rollouts)
         self.groups = groups
         self.actor_rollout_wg = self.critic_wg = self.rm_wg = None  # init_workers
+        self.reward_loop = None  # init_workers, with reward_model.use_reward_loop
         self.tracker: Tracking | None = None  # fit: it opens the run's log files
         self.stop: StopSignals | None = None  # fit: SIGTERM / Ctrl-C while it runs
         self.history: list[dict] = []
@@ -84,12 +85,19 @@ class PPOTrainer:
         self.actor_rollout_wg = self.groups["actor_rollout"]
         self.critic_wg = self.groups.get("critic")
         self.rm_wg = self.groups.get("rm")
-        self.rollouts.attach(self.groups)
+        if self.config.reward_model.use_reward_loop and self.reward_loop is None:
+            from hybrid.reward_loop import RewardLoop
+
+            self.reward_loop = RewardLoop(self.config)
+        self.rollouts.attach(self.groups, reward_loop=self.reward_loop)
         if self.critic_wg is not None:
             self.critic_wg.init_model()
         if self.rm_wg is not None:
             self.rm_wg.init_model()
         self.actor_rollout_wg.init_model()
+        if self.reward_loop is not None and self.config.async_mode is None:
+            # The agent loops send each trajectory to the reward loop as it finishes.
+            self.actor_rollout_wg.set_reward_loop(*self.reward_loop.rollout_settings())
 
     def update_rollout_weights(self, timing: dict) -> None:
         """Hand the actor's current weights to the rollout engine (in memory, every rank)."""
@@ -97,6 +105,8 @@ class PPOTrainer:
             self.actor_rollout_wg.update_rollout_weights()
 
     def shutdown(self) -> None:
+        if self.reward_loop is not None:
+            self.reward_loop.close()
         for fn in (self.reward_fn, self.val_reward_fn):
             if hasattr(fn, "close"):
                 fn.close()

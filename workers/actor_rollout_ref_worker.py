@@ -222,6 +222,16 @@ class ActorRolloutRefWorker(ProfiledWorker, Worker):
 
     # ------------------------------------------------------------------ rollout
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def set_reward_loop(self, handles: list, use_reward_fn: bool, reward_fn_key: str) -> None:
+        """The reward loop's workers (hybrid/reward_loop.py): with agent loops (mode=async) each
+        trajectory is scored by one as soon as it finishes; the lock-step rollout leaves
+        scoring to the driver."""
+        self._require(self.rollout, "set_reward_loop", "rollout")
+        agents = getattr(self.rollout, "agents", None)
+        if agents is not None:
+            agents.set_reward_loop(handles, use_reward_fn, reward_fn_key)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def update_rollout_weights(self) -> float:
         """Load the actor's current weights into the rollout engine, in memory (a collective:
         every rank takes part). Returns this rank's seconds; the group call returns a list

@@ -14,6 +14,7 @@ import torch
 
 from protocol.data_proto import DataProto
 from protocol.dispatch import Dispatch, register
+from reward.reward_model_inputs import needs_retemplate, retemplated_ids
 from workers.base import Worker
 from workers.device import current_device
 from workers.fsdp_utils import offload_params, on_device
@@ -38,10 +39,7 @@ class RewardModelWorker(Worker):
         model = self.config.model
         self.rm_tokenizer = load_tokenizer(model.path, model.trust_remote_code)
         self.input_tokenizer = load_tokenizer(model.input_tokenizer, False) if model.input_tokenizer else None
-        self.retemplate = self.input_tokenizer is not None and (
-            self.input_tokenizer.chat_template != self.rm_tokenizer.chat_template
-            or self.input_tokenizer.get_vocab() != self.rm_tokenizer.get_vocab()
-        )
+        self.retemplate = needs_retemplate(self.input_tokenizer, self.rm_tokenizer)
         self.module, _ = load_hf_model(
             AutoModelForSequenceClassification,
             model.path,
@@ -64,15 +62,17 @@ class RewardModelWorker(Worker):
         prompt_mask = data.batch["attention_mask"][:, : prompts.shape[1]]
         max_len = self.config.max_length
         raw = data.non_tensor_batch.get("raw_prompt")
-        rows = []
-        for i in range(len(data)):
-            prompt_text = tok_in.decode(prompts[i][prompt_mask[i].bool()], skip_special_tokens=True)
-            chat = list(raw[i]) if raw is not None else [{"role": "user", "content": prompt_text}]
-            response_text = tok_in.decode(responses[i][response_mask[i].bool()], skip_special_tokens=True)
-            chat = chat + [{"role": "assistant", "content": response_text}]
-            ids = tok_rm.apply_chat_template(chat, tokenize=True)
-            ids = list(ids["input_ids"]) if hasattr(ids, "keys") else list(ids)
-            rows.append(ids[-int(max_len) :] if max_len else ids)
+        rows = [
+            retemplated_ids(
+                tok_in,
+                tok_rm,
+                prompts[i][prompt_mask[i].bool()].tolist(),
+                responses[i][response_mask[i].bool()].tolist(),
+                None if raw is None else raw[i],
+                max_len,
+            )
+            for i in range(len(data))
+        ]
         width = max(len(r) for r in rows)
         input_ids = torch.full((len(rows), width), tok_rm.pad_token_id, dtype=torch.long)
         attention_mask = torch.zeros((len(rows), width), dtype=torch.long)

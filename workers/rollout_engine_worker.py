@@ -85,6 +85,14 @@ class RolloutEngineWorker:
             self.driver = AsyncEngineDriver(self.rollout.llm, name=f"rollout-engine-{self.engine_index}")
         return {"dtype": self.engine_dtype(), "version": self._version}
 
+    def set_reward_loop(self, handles: list, use_reward_fn: bool, reward_fn_key: str) -> None:
+        """The reward loop's workers: with mode=async the agent loops send each trajectory to one
+        as it finishes (workers/rollout/agent_rollout.py)."""
+        self._require_engine("set_reward_loop")
+        agents = getattr(self.rollout, "agents", None)
+        if agents is not None:
+            agents.set_reward_loop(handles, use_reward_fn, reward_fn_key)
+
     def engine_dtype(self) -> str:
         """The engine's dtype name ("bfloat16", "float32"): what `export_weights` casts to."""
         self._require_engine("engine_dtype")

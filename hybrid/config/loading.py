@@ -41,21 +41,14 @@ FREE_FORM_SUFFIXES = (
 
 # verl sections for what hybrid does not have: any key inside is refused with the reason
 # (rather than "unknown key"), so a verl script's user learns what is missing.
-_GENERATIVE_RM = (
-    "verl's reward_model.rollout section configures the inference engine that serves the reward model in its "
-    "reward loop (reward_model.use_reward_loop=true), which hybrid does not have: its reward model scores rows "
-    "with a forward pass in its own worker (reward_model.enable=true, reward_model.model.path); remove these keys"
-)
 _SANDBOX = "hybrid has no sandbox code execution; score code in a custom reward function (custom_reward_function.path)"
 _ENGINES = "hybrid's rollout engines are vllm and hf (transformers' generate); remove these keys"
 REFUSED_SECTIONS = {
-    "reward_model.rollout": _GENERATIVE_RM,
     "reward_model.sandbox_fusion": _SANDBOX,
     "sandbox_fusion": _SANDBOX,
     "global_profiler.global_tool_config.nsys": (
         "NVIDIA Nsight profiling is not supported; use global_profiler.tool=torch"
     ),
-    "global_profiler.global_tool_config.npu": "Ascend NPU profiling is not supported; use global_profiler.tool=torch",
     "actor_rollout_ref.rollout.engine_kwargs.sglang": _ENGINES,
     "actor_rollout_ref.rollout.engine_kwargs.trtllm": _ENGINES,
 }
@@ -195,6 +188,17 @@ def normalize_overrides(overrides: Sequence[str], cfg: DictConfig) -> list[str]:
     return result
 
 
+def rewrite_foreign_overrides(overrides: Sequence[str]) -> tuple[list[str], str | None]:
+    """verl keys spelled elsewhere or meaning nothing on this hardware (hybrid/config/foreign_keys.py):
+    (the overrides rewritten, the one line naming the keys with no effect here, or None)."""
+    from hybrid.config.foreign_keys import rewrite_overrides
+
+    rewritten, note, problems = rewrite_overrides(overrides)
+    if problems:
+        raise ConfigError("\n".join(problems))
+    return rewritten, note
+
+
 def default_config(config_name: str = CONFIG_NAME) -> DictConfig:
     """The composed configuration without overrides (unresolved); a fresh copy each call."""
     return copy.deepcopy(_cached_default(config_name))
@@ -223,7 +227,7 @@ def load_config(overrides: Sequence[str] = ()) -> DictConfig:
     from hybrid.defaults import register_resolvers
 
     register_resolvers()
-    overrides = list(overrides)
+    overrides, _ = rewrite_foreign_overrides(overrides)
     defaults = _cached_default(CONFIG_NAME)
     check_override_keys(overrides, defaults)
     return _compose(CONFIG_NAME, normalize_overrides(overrides, defaults))
@@ -238,5 +242,6 @@ __all__ = [
     "default_config",
     "load_config",
     "normalize_overrides",
+    "rewrite_foreign_overrides",
     "suggest_keys",
 ]

@@ -88,12 +88,36 @@ def test_defaults_are_verls_neutral_values():
     assert arr.actor.use_prefix_grouper is None and arr.model.use_fused_kernels is None
 
 
+def test_verl_reward_loop_script_keys_compose():
+    # The reward-model block of verl's examples/ppo_trainer/run_qwen2-7b_rm.sh (and its six kin).
+    rm = build_config(
+        [
+            "reward_model.enable=True",
+            "reward_model.model.path=/models/rm",
+            "reward_model.model.use_remove_padding=True",
+            "reward_model.use_reward_loop=True",
+            "reward_model.rollout.name=vllm",
+            "reward_model.rollout.gpu_memory_utilization=0.8",
+            "reward_model.rollout.tensor_model_parallel_size=1",
+            "reward_model.rollout.prompt_length=2048",
+            "reward_model.rollout.response_length=1024",
+            "reward_model.num_workers=8",
+        ]
+    ).reward_model
+    assert rm.use_reward_loop and rm.num_workers == 8 and rm.rollout.gpu_memory_utilization == 0.8
+    assert rm.rollout.engine_max_model_len == 3072
+
+
 @pytest.mark.parametrize(
     ("override", "reason"),
     [
         (f"{ARR}.ref.use_torch_compile=True", "hybrid does not torch.compile its models"),
-        ("reward_model.model.use_remove_padding=True", "the reward model scores padded rows"),
-        ("reward_model.use_reward_loop=True", "hybrid builds no reward-loop workers"),
+        ("reward_model.rollout.data_parallel_size=2", "no vLLM data parallel"),
+        ("reward_model.rollout.name=sglang", "hybrid serves the reward model with vLLM"),
+        ("reward_model.rollout.skip_tokenizer_init=True", "the engine's tokenizer must read"),
+        ("reward_model.rollout.load_format=dummy", "served with its own weights"),
+        ("reward_model.judge.min_score=2", "is above max_score=1.0"),
+        ("reward_model.judge.base_url=http://x/v1", "reward_model.use_reward_loop=true, or remove it"),
         ("global_profiler.tool=nsys", "hybrid runs no Nsight Systems workers"),
         ("global_profiler.tool=npu", "hybrid does not run on Ascend NPUs"),
         ("global_profiler.tool=torch_memory", "CUDA memory snapshots are not written"),
@@ -377,7 +401,6 @@ def test_step_profiler_writes_a_chrome_trace(tmp_path):
 @pytest.mark.parametrize(
     ("overrides", "reason"),
     [
-        (["reward_model.rollout.name=vllm", "reward_model.rollout.tensor_model_parallel_size=1"], "reward loop"),
         (["reward_model.sandbox_fusion.url=http://x", "reward_model.sandbox_fusion.max_concurrent=8"], "no sandbox"),
         (["global_profiler.global_tool_config.nsys.discrete=True"], "Nsight"),
         (["+actor_rollout_ref.rollout.engine_kwargs.trtllm.batch_wait_timeout_iters=32"], "vllm and hf"),

@@ -134,6 +134,16 @@ class AgentRollout:
             )
         self._params = {}  # (settings, budget) -> SamplingParams
         self.activity = _Activity()
+        # The reward loop's workers (Ray actor handles; set_reward_loop): each trajectory is
+        # sent to one as it finishes and comes back scored (its `reward_loop` field).
+        self.reward_loop: list | None = None
+        self.reward_use_fn = True
+        self.reward_fn_key = "data_source"
+        self._reward_turn = 0
+
+    def set_reward_loop(self, handles: list | None, use_reward_fn: bool, reward_fn_key: str) -> None:
+        self.reward_loop = list(handles) if handles else None
+        self.reward_use_fn, self.reward_fn_key = bool(use_reward_fn), str(reward_fn_key)
 
     @property
     def config(self):
@@ -238,6 +248,10 @@ class AgentRollout:
         else:
             output = self._single_turn_output(prompts, trajectories, n)
         output.non_tensor_batch.update(fields)
+        if self.reward_loop:
+            scored = np.empty(len(trajectories), dtype=object)
+            scored[:] = [t.reward_loop for t in trajectories]
+            output.non_tensor_batch["reward_loop"] = scored
         output.meta_info["metrics"] = {**output.meta_info.get("metrics", {}), **summarize_agents(fields)}
         return output
 
@@ -337,8 +351,27 @@ class AgentRollout:
                     trajectory.latency_s = time.perf_counter() - start
                     tracker.leave()
                     self.activity.change(trajectories=-1)
+            if self.reward_loop:
+                await self._score(trajectory, call)
 
         await asyncio.gather(*(one(t, name) for t, name in work))
+
+    async def _score(self, trajectory: Trajectory, call: RolloutCall) -> None:
+        """The trajectory's scores from a reward-loop worker, while the others still generate."""
+        from reward.reward_loop import trajectory_sample
+
+        row = call.rows[trajectory.row]
+        keys = ("raw_prompt", "reward_model", "extra_info", self.reward_fn_key)
+        fields = {k: row[k] for k in keys if k in row}
+        prompt_ids = trajectory.prompt_ids or row["_prompt_ids"]
+        response_ids = trajectory.response_ids[: int(self.config.response_length)]
+        sample = trajectory_sample(prompt_ids, response_ids, fields)
+        handle = self.reward_loop[self._reward_turn % len(self.reward_loop)]
+        self._reward_turn += 1
+        finished = time.perf_counter()
+        result = await handle.score.remote(sample, self.reward_use_fn)
+        result["scored_after_s"] = time.perf_counter() - finished
+        trajectory.reward_loop = result
 
     def _single_turn_output(self, prompts: DataProto, trajectories: list[Trajectory], n: int) -> DataProto:
         return assemble_rollout(

@@ -155,6 +155,7 @@ class Trajectory:
     # the model's); filled by AgentRollout as turns return (weights may change between turns).
     versions: list[int] = field(default_factory=list)
     aborted_turns: int = 0  # mode=async: model turns aborted by a weight load and sampled again
+    reward_loop: dict | None = None  # mode=async with the reward loop: its scores, as it finished
 
 
 def template_renders_tool_responses(tokenizer) -> bool:

@@ -1,0 +1,166 @@
+"""The reward loop (hybrid/reward_loop.py) on real Ray actors and a real vLLM engine: a
+classification reward model served by the engine gives the FSDP forward's scores; a judge
+served by the engine writes what greedy decoding of the same weights writes; a judge that
+times out ends only its own trajectory's verdict."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from tests.integration.engine_helpers import engine_config, synthetic_rollout
+
+pytestmark = pytest.mark.integration
+
+LOOP = ("reward_model.enable=true", "reward_model.use_reward_loop=true", "reward_model.num_workers=2")
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    yield
+    ray.shutdown()
+
+
+def _scored_rollout(tokenizer, answers=("5", "red", "12345", "Paris")):
+    """synthetic_rollout with the fields a reward function reads (arithmetic rows: the rule
+    scorer gives 0 or 1)."""
+    batch = synthetic_rollout(tokenizer, n=2)
+    truths = [a for a in answers for _ in range(2)]
+    batch.non_tensor_batch["data_source"] = np.array(["arithmetic"] * len(batch), dtype=object)
+    batch.non_tensor_batch["reward_model"] = np.array([{"ground_truth": t} for t in truths], dtype=object)
+    return batch
+
+
+def _classifier_dir(out_dir, tokenizer) -> str:
+    from transformers import AutoModelForSequenceClassification, LlamaConfig
+
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        num_labels=1,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(3)
+    AutoModelForSequenceClassification.from_config(config).save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return str(out_dir)
+
+
+def test_engine_served_classifier_scores_as_the_fsdp_forward(ray_session, tiny_model_dir, tokenizer, tmp_path):
+    from hybrid.controller.local_worker_group import LocalWorkerGroup
+    from hybrid.reward_loop import RewardLoop
+    from reward.loader import load_reward_manager
+    from workers.reward_model_worker import RewardModelWorker
+
+    rm_dir = _classifier_dir(tmp_path / "rm", tokenizer)
+    common = (f"reward_model.model.path={rm_dir}", "actor_rollout_ref.actor.fsdp_config.mixed_precision=fp32")
+    loop_cfg = engine_config(
+        tiny_model_dir,
+        *LOOP,
+        *common,
+        "reward_model.rollout.dtype=float32",
+        "reward_model.rollout.prompt_length=64",
+        "reward_model.rollout.response_length=32",
+    )
+    batch = _scored_rollout(tokenizer)
+    loop = RewardLoop(loop_cfg)
+    try:
+        result = loop.score(batch, use_reward_fn=True, env_rewards=None)
+    finally:
+        loop.close()
+    fsdp_cfg = engine_config(tiny_model_dir, "reward_model.enable=true", *common)
+    group = LocalWorkerGroup(RewardModelWorker, fsdp_cfg.reward_model, name="rm")
+    group.init_model()
+    expected_rm = group.compute_rm_score(batch).batch["rm_scores"]
+    # The engine's float32 pooling against the FSDP float32 forward of the same weights.
+    assert torch.allclose(result["rm_scores"], expected_rm, atol=1e-4), (result["rm_scores"].sum(-1), expected_rm)
+    rule = load_reward_manager(fsdp_cfg, tokenizer, num_examine=0)(batch)
+    assert torch.allclose(result["reward_tensor"], rule + result["rm_scores"], atol=0)
+    assert result["reward_metrics"]["reward_loop/rm_truncated"] == 0.0
+
+
+def test_engine_served_judge_writes_the_greedy_continuation(ray_session, tiny_model_dir, tokenizer):
+    import ray
+    from transformers import AutoModelForCausalLM
+
+    from workers.reward_engine import RewardEngine
+
+    cfg = engine_config(
+        tiny_model_dir,
+        *LOOP,
+        f"reward_model.model.path={tiny_model_dir}",
+        "reward_model.rollout.dtype=float32",
+        "reward_model.rollout.prompt_length=96",
+        "reward_model.rollout.response_length=6",
+    )
+    engine = ray.remote(RewardEngine).options(num_cpus=0).remote(cfg.reward_model)
+    messages = [{"role": "user", "content": "Question: 2+3\nStudent answer: 5\nIs it right?"}]
+    text = ray.get(engine.judge.remote(messages, 0.0, None))
+    ray.kill(engine)
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_tensors="pt")
+    ids = ids["input_ids"] if hasattr(ids, "keys") else ids
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    greedy = model.generate(ids, max_new_tokens=6, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+    assert text == tokenizer.decode(greedy[0, ids.shape[1] :], skip_special_tokens=True)
+
+
+class _SlowJudge(http.server.BaseHTTPRequestHandler):
+    """An OpenAI-compatible judge server that takes 5 s over answers containing "12345"."""
+
+    def do_POST(self):  # noqa: N802 (http.server's name)
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        question = body["messages"][-1]["content"]
+        if "12345" in question:
+            time.sleep(5)
+        verdict = "Score: 1" if "Reference answer: 5\n" in question else "no verdict here"
+        reply = json.dumps({"choices": [{"message": {"role": "assistant", "content": verdict}}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(reply)))
+        self.end_headers()
+        self.wfile.write(reply)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_judge_time_out_ends_only_its_trajectory(ray_session, tiny_model_dir, tokenizer):
+    from hybrid.reward_loop import RewardLoop
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _SlowJudge)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    cfg = engine_config(
+        tiny_model_dir,
+        *LOOP,
+        f"reward_model.judge.base_url=http://127.0.0.1:{server.server_port}/v1",
+        "reward_model.judge.timeout_s=1",
+        "reward_model.judge.invalid_score=-0.5",
+        "reward_model.combine=rm_only",
+    )
+    loop = RewardLoop(cfg)
+    start = time.perf_counter()
+    try:
+        result = loop.score(_scored_rollout(tokenizer), use_reward_fn=True, env_rewards=None)
+    finally:
+        loop.close()
+        server.shutdown()
+    # Rows 4, 5 (ground truth 12345) time out; rows 0, 1 get "Score: 1"; the rest no verdict.
+    statuses = result["reward_extra_info"]["judge_status"]
+    assert statuses == ["ok", "ok", "unparsable", "unparsable", "timeout", "timeout", "unparsable", "unparsable"]
+    assert result["rm_scores"].sum(-1).tolist() == [1.0, 1.0, -0.5, -0.5, -0.5, -0.5, -0.5, -0.5]
+    metrics = result["reward_metrics"]
+    assert (metrics["reward_loop/judge_timeout"], metrics["reward_loop/judge_unparsable"]) == (2.0, 4.0)
+    assert time.perf_counter() - start < 4  # the slow verdicts were not waited for
