@@ -32,6 +32,7 @@ from hybrid.config import (
     normalize_overrides,
     typed_config,
 )
+from hybrid.config.loading import rewrite_foreign_overrides
 from hybrid.defaults import register_resolvers
 from hybrid.errors import exit_on_error, reset_phase
 from hybrid.interrupts import StopSignals
@@ -65,18 +66,21 @@ def prepare_command_line(argv: list[str]) -> list[str]:
     if args.config_path or args.config_dir:
         # Another config tree: its keys are not ours to check; Hydra still rejects unknown keys.
         return list(argv)
+    overrides, note = rewrite_foreign_overrides(args.overrides)
+    if note:
+        print(f"hybrid: {note}", file=sys.stderr, flush=True)
     defaults = default_config(args.config_name or CONFIG_NAME)
-    check_override_keys(args.overrides, defaults)
-    normalized = normalize_overrides(args.overrides, defaults)
-    # Replace each override in place; overrides are positional, so they appear in argv in
-    # the order argparse returned them.
-    result = list(argv)
-    start = 0
-    for old, new in zip(args.overrides, normalized, strict=True):
-        index = result.index(old, start)
-        result[index] = new
-        start = index + 1
-    return result
+    check_override_keys(overrides, defaults)
+    normalized = normalize_overrides(overrides, defaults)
+    # Hydra's flags keep their place; the overrides (some rewritten, some removed) follow them,
+    # which Hydra accepts. Overrides are positional, so they appear in argv in argparse's order.
+    flags, pending = [], list(args.overrides)
+    for arg in argv:
+        if pending and arg == pending[0]:
+            pending.pop(0)
+        else:
+            flags.append(arg)
+    return flags + normalized
 
 
 def cli() -> None:

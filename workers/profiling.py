@@ -95,7 +95,7 @@ class ProfiledWorker:
 def profile_plan(global_profiler, step: int) -> tuple[bool, bool]:
     """(start recording before `step`, stop after it) for the `global_profiler` section."""
     steps = set(global_profiler.steps or ())
-    if global_profiler.tool is None or step not in steps:
+    if global_profiler.tool != "torch" or step not in steps:  # npu: no effect here
         return False, False
     continuous = global_profiler.profile_continuous_steps
     return not (continuous and step - 1 in steps), not (continuous and step + 1 in steps)

@@ -119,7 +119,6 @@ def test_verl_reward_loop_script_keys_compose():
         ("reward_model.judge.min_score=2", "is above max_score=1.0"),
         ("reward_model.judge.base_url=http://x/v1", "reward_model.use_reward_loop=true, or remove it"),
         ("global_profiler.tool=nsys", "hybrid runs no Nsight Systems workers"),
-        ("global_profiler.tool=npu", "hybrid does not run on Ascend NPUs"),
         ("global_profiler.tool=torch_memory", "CUDA memory snapshots are not written"),
         (f"{ARR}.actor.profiler.tool_config.torch.discrete=True", "one trace per profiled step and rank"),
         (f"{ARR}.actor.profiler.tool_config.torch.contents=[gpu]", "'gpu' not supported"),
