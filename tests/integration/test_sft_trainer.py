@@ -83,3 +83,35 @@ def test_training_lowers_the_loss_saves_and_resumes(tiny_model_dir, sft_files, t
     steps = [json.loads(line)["step"] for line in open(out / "metrics.jsonl")]
     assert steps == list(range(1, 13))  # the second run continued at step 9
     assert second["first_loss"] < first["first_loss"] - 0.5
+
+
+def test_verl_peft_example_runs_with_paths_and_sizes_changed(tiny_model_dir, tmp_path):
+    """examples/sft/gsm8k_sft_peft.sh (verl's run_qwen_05_peft.sh) through torchrun, LoRA on
+    GSM8K-shaped rows (prompt and response inside `extra_info`), then the merge tool."""
+    import subprocess
+    import sys
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    data = tmp_path / "data" / "gsm8k"
+    data.mkdir(parents=True)
+    rows = [
+        {"extra_info": {"question": f"What is {i} + {i}?", "answer": f"{i} + {i} = {2 * i}\n#### {2 * i}"}}
+        for i in range(8)
+    ]
+    for split in ("train", "test"):
+        pq.write_table(pa.Table.from_pylist(rows), data / f"{split}.parquet")
+    env = {**os.environ, "HOME": str(tmp_path), "MODEL_PATH": tiny_model_dir, "OMP_NUM_THREADS": "1"}
+    env["TORCHRUN"] = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    sizes = ["data.train_batch_size=4", "trainer.save_freq=2", "trainer.total_training_steps=2", "trainer.device=cpu"]
+    script = os.path.join(repo, "examples", "sft", "gsm8k_sft_peft.sh")
+    done = subprocess.run(
+        ["bash", script, "1", str(tmp_path / "save"), *sizes], env=env, cwd=repo, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    actor = tmp_path / "save" / "global_step_2" / "actor"
+    meta = json.loads((actor / "fsdp_config.json").read_text())
+    assert meta["lora"]["adapter_config"]["r"] == 32
+    assert os.path.isfile(actor / "huggingface" / "model.safetensors")  # LoRA merged into the base
