@@ -26,6 +26,7 @@ from collections import Counter
 
 from hybrid.defaults import DEFAULT_ASSET_PREFIX
 from hybrid.errors import InputError
+from hybrid.tracking import missing_logger_packages
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
@@ -59,6 +60,8 @@ def check_inputs(config) -> None:
     check_reward(config, sources, found)
     check_output_dir(config, found)
     check_multi_turn(config, found)
+    for message in missing_logger_packages(config.trainer.logger):
+        found.add(message)
     if found.problems:
         raise InputError(found.problems, found.causes)
 

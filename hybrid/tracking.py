@@ -52,11 +52,31 @@ def _numeric(data: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+# The package each optional backend imports; pyproject.toml's `loggers` extra installs them all.
+LOGGER_PACKAGES = {"wandb": "wandb", "mlflow": "mlflow", "tensorboard": "tensorboard"}
+
+
+def _missing_message(backend: str, package: str) -> str:
+    return (
+        f"trainer.logger includes {backend!r} but the package {package!r} is not installed: pip install {package} "
+        f"(or the loggers extra, pip install -e '.[loggers]'), or remove {backend!r} from trainer.logger"
+    )
+
+
+def missing_logger_packages(backends: Sequence[str]) -> list[str]:
+    """One message per backend in `backends` whose package is not installed (checked before
+    anything starts: hybrid/preflight.py); nothing is imported."""
+    import importlib.util
+
+    return [
+        _missing_message(backend, LOGGER_PACKAGES[backend])
+        for backend in dict.fromkeys(backends)
+        if backend in LOGGER_PACKAGES and importlib.util.find_spec(LOGGER_PACKAGES[backend]) is None
+    ]
+
+
 def _missing_package(backend: str, package: str, error: ImportError) -> ImportError:
-    return ImportError(
-        f"trainer.logger includes {backend!r} but the package {package!r} is not installed "
-        f"(pip install {package}); or remove {backend!r} from trainer.logger"
-    ).with_traceback(error.__traceback__)
+    return ImportError(_missing_message(backend, package)).with_traceback(error.__traceback__)
 
 
 # ---------------------------------------------------------------------------- console
@@ -70,6 +90,9 @@ _CONSOLE_FIELDS: list[tuple[str, tuple[str, ...]]] = [
     # Agent loops (rollout.mode=async): trajectories in flight at most, the slow tail's latency.
     ("agents", ("agent/in_flight/max",)),
     ("p95", ("agent/latency_s/p95",)),
+    # The SFT trainer (hybrid/sft_trainer.py).
+    ("loss", ("train/loss",)),
+    ("val_loss", ("val/loss",)),
 ]
 
 
