@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from hybrid.config.override_values import json_values
+
 ROLLOUT = "actor_rollout_ref.rollout"
 ACTOR_PRECISION = "actor_rollout_ref.actor.fsdp_config.mixed_precision"
 TORCH_DTYPE = "actor_rollout_ref.model.torch_dtype"
@@ -84,8 +86,8 @@ def rewrite_overrides(overrides: Sequence[str]) -> tuple[list[str], str | None, 
     have no effect here or None, the problems: a value torch_dtype cannot take, a rewritten key
     and the key it becomes both given with different values). hybrid/config/loading.py raises
     the problems as ConfigError (this module imports nothing of the config package)."""
+    overrides, problems = json_values(overrides)  # engine_kwargs.vllm='{"key": value}'
     result: list[str] = []
-    problems: list[str] = []
     given: dict[str, list[tuple[str, str]]] = {}  # key written -> [(value, the override as given)]
     no_effect: dict[str, list[str]] = {}
     for raw in overrides:

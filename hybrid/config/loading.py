@@ -168,7 +168,8 @@ def check_override_keys(overrides: Sequence[str], cfg: DictConfig) -> None:
 def normalize_overrides(overrides: Sequence[str], cfg: DictConfig) -> list[str]:
     """Rewrite overrides that Hydra would refuse but that mean something clear.
 
-    - a new key inside a free-form dict (`...engine_kwargs.vllm.swap_space=1`) becomes
+    - a new key inside a free-form dict (`...engine_kwargs.vllm.swap_space=1`), or the whole
+      dict given at once (`...engine_kwargs.vllm={swap_space:1}`, merged into it), becomes
       `++key=value`, since Hydra's struct mode would otherwise demand a `+`;
     - `+key=value` for a key that already exists becomes `++key=value`: verl run scripts add
       with `+` keys that this config already declares, and Hydra's `+` refuses existing keys.
@@ -182,7 +183,9 @@ def normalize_overrides(overrides: Sequence[str], cfg: DictConfig) -> list[str]:
             if override.is_add() and key in paths:
                 raw = "+" + raw
             elif not (override.is_add() or override.is_force_add() or override.is_delete()):
-                if key not in paths and _is_free_form(key, dicts):
+                # A new key inside a free-form dict, or the whole dict at once (`vllm={swap_space:4}`).
+                whole = key in dicts and any(key == f or key.endswith("." + f) for f in FREE_FORM_SUFFIXES)
+                if (key not in paths and _is_free_form(key, dicts)) or whole:
                     raw = "++" + raw
         result.append(raw)
     return result

@@ -312,17 +312,21 @@ def translate_skyrl(overrides: list[str]) -> list[str]:
     """SkyRL `key=value` overrides -> verl overrides (`hydra.*` ones pass through unchanged).
     Raises ConfigError naming every key that has no equivalent."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import OverrideParseException
+    from hydra.errors import HydraException
     from omegaconf import OmegaConf
 
     from hybrid.config import ConfigError
+    from hybrid.config.override_values import json_values
 
-    passthrough, given, order, problems = [], {}, [], []
+    # SkyRL's scripts pass dicts as JSON (engine_init_kwargs='{"key": value}'), which Hydra's
+    # grammar does not read; rewritten first, or named in one line.
+    overrides, problems = json_values(overrides)
+    passthrough, given, order = [], {}, []
     for raw in overrides:
         try:
             override = OverridesParser.create().parse_override(raw)
-        except OverrideParseException as err:
-            problems.append(f"cannot parse {raw!r}: {err}")
+        except HydraException as err:  # OverrideParseException and the lexer's own
+            problems.append(f"cannot parse {raw!r}: {str(err).splitlines()[0]}")
             continue
         key = override.key_or_group
         if key == "hydra" or key.startswith(("hydra.", "hydra/")):

@@ -395,6 +395,10 @@ def free_form(key: str, verl_prefix: str) -> Rule:
     start = len(key) - 1  # the dialect key without its `*`
 
     def convert(value: Any, ctx: Context) -> dict[str, Any]:
+        if len(ctx.key) < start:  # the whole dict at once (engine_init_kwargs='{"k": v}'): each entry
+            if not isinstance(value, dict):
+                raise Refusal(f"a dict of keyword arguments, not {value!r}")
+            return {f"{verl_prefix}.{name}": item for name, item in value.items()}
         return {f"{verl_prefix}.{ctx.key[start:]}": value}
 
     return custom(key, (f"{verl_prefix}.<key>",), convert, "same name and value")

@@ -34,6 +34,7 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from hybrid.config import ConfigError, default_config, suggest_keys
+from hybrid.config.override_values import hydra_value
 
 Convert = Callable[[Any, "Context"], dict[str, Any]]
 
@@ -230,38 +231,6 @@ def show(value: Any) -> str:
     if isinstance(value, dict):
         return "{" + ", ".join(f"{k}: {show(v)}" for k, v in value.items()) + "}"
     return str(value)
-
-
-# Hydra's grammar takes dict keys unquoted (letters, digits, `_ . - /`, inner spaces).
-_DICT_KEY = re.compile(r"[A-Za-z_][\w.\-/ ]*\Z")
-
-
-def hydra_value(value: Any) -> str:
-    """`value` in Hydra's override grammar, so that `key=<this>` parses back to `value`."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return repr(value)
-    if isinstance(value, str):
-        # Quoted, so numbers, `null`, commas and spaces stay a string; `${` stays literal.
-        text = value.replace("${", "\\${")
-        text = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", text)
-        text = re.sub(r"(\\+)\Z", lambda m: m.group(1) * 2, text)
-        return f"'{text}'"
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(hydra_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        items = []
-        for k, v in value.items():
-            if not _DICT_KEY.match(str(k)) or str(k) != str(k).strip():
-                raise TypeError(f"cannot write the dict key {k!r} in a Hydra override")
-            items.append(f"{k}:{hydra_value(v)}")
-        return "{" + ",".join(items) + "}"
-    raise TypeError(f"cannot write {value!r} ({type(value).__name__}) as a Hydra override value")
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
