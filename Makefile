@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 # GPU machines get the gpu extra (vllm, liger-kernel); everything else the cpu build.
 EXTRA := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo cpu)
 
-.PHONY: install run lint test test-fast test-slow bench clean
+.PHONY: install run sft lint test test-fast test-slow bench clean
 
 install: $(STAMP)
 
@@ -27,6 +27,10 @@ $(STAMP): pyproject.toml Makefile
 
 run: install
 	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-$$(nproc)} $(PY) -m hybrid.main_ppo $(ARGS)
+
+# The default SFT job (docs/sft.md): accuracy before, one epoch on worked answers, accuracy after.
+sft: install
+	OMP_NUM_THREADS=$${OMP_NUM_THREADS:-$$(nproc)} PYTHON=$(PY) bash examples/sft/arithmetic_sft.sh $(ARGS)
 
 # ruff's lint and format check (configured in pyproject.toml): CI fails on either.
 lint: install

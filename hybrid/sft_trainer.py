@@ -145,7 +145,8 @@ class SFTTrainer:
         start = time.perf_counter()
         metrics = self.worker.train_batch(batch)
         seconds = time.perf_counter() - start
-        metrics["train/time(s)"] = seconds
+        metrics["train/time(s)"] = seconds  # verl's name
+        metrics["timing_s/step"] = seconds  # the PPO trainer's, which the console line shows
         metrics["perf/throughput"] = metrics["train/tokens"] / seconds
         return metrics
 
