@@ -1,5 +1,6 @@
 """Driver-side operations on a step's batch, between the workers' calls: prompt uids,
-balancing tokens across ranks, the advantage computation, and DAPO group filtering."""
+balancing tokens across ranks, the advantage computation, DAPO group filtering, and masking
+truncated responses out of the losses."""
 
 from __future__ import annotations
 
@@ -90,6 +91,35 @@ def compute_advantage(batch: DataProto, algorithm_config) -> None:
     advantages, returns = fn(**kwargs)
     tensors["advantages"] = advantages
     tensors["returns"] = returns
+
+
+FULL_RESPONSE_MASK = "full_response_mask"
+
+
+def mask_truncated_responses(batch: DataProto, eos_token_ids: set[int]) -> float:
+    """`algorithm.mask_truncated_responses` (SkyRL's apply_overlong_filtering, DAPO's overlong
+    filtering): every response that used its whole budget (data.max_response_length) without
+    ending in an EOS token gets a response mask of zeros, so it leaves every loss, the KL in the
+    reward and the advantage whitening, while its reward still counts in its group's statistics.
+    The mask as it was is kept as `full_response_mask` (travelling with its row through any
+    reordering) for `restore_response_mask`. Returns the share of responses masked."""
+    tensors = batch.batch
+    responses, mask = tensors["responses"], tensors["response_mask"]
+    width = responses.shape[-1]
+    lengths = tensors["attention_mask"][:, -width:].sum(-1)
+    last = responses.gather(1, (lengths - 1).clamp(min=0).unsqueeze(1)).squeeze(1)
+    eos = torch.tensor(sorted(eos_token_ids), dtype=responses.dtype)
+    truncated = (lengths >= width) & ~torch.isin(last, eos)
+    tensors[FULL_RESPONSE_MASK] = mask
+    tensors["response_mask"] = mask * (~truncated).unsqueeze(-1).to(mask.dtype)
+    return float(truncated.float().mean()) if len(truncated) else 0.0
+
+
+def restore_response_mask(batch: DataProto) -> None:
+    """The response mask before `mask_truncated_responses`, for the step's data metrics."""
+    if FULL_RESPONSE_MASK in batch.batch.keys():
+        batch.batch["response_mask"] = batch.batch[FULL_RESPONSE_MASK]
+        batch.pop(batch_keys=[FULL_RESPONSE_MASK])
 
 
 def pf_ppo_weights(scores: torch.Tensor, method: str, weight_pow: float) -> torch.Tensor:

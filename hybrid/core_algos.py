@@ -78,6 +78,8 @@ __all__ = list(_losses_all) + [
     "compute_remax_outcome_advantage",
     "compute_opo_outcome_advantage",
     "compute_gpg_outcome_advantage",
+    "compute_maxrl_advantage",
+    "compute_simple_baseline_advantage",
     "FixedKLController",
     "AdaptiveKLController",
     "get_kl_controller",
@@ -353,6 +355,45 @@ def compute_gpg_outcome_advantage(
             out[rows] = batch_alpha * (scores[rows] - mean) / f_norm
         adv = out.unsqueeze(-1) * response_mask
     return adv, adv
+
+
+# SkyRL's estimators (--dialect skyrl, trainer.algorithm.advantage_estimator); verl has neither.
+
+
+@register_adv_est("maxrl")
+def compute_maxrl_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: np.ndarray,
+    epsilon: float = 1e-6,
+    config: Any = None,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """SkyRL's MaxRL (ppo_utils.compute_maxrl_advantage): ``(score - group mean) / (group mean
+    + epsilon)``, the group-relative reward normalised by the group's mean; a group of one keeps
+    its raw score. Broadcast over the response tokens."""
+    scores = token_level_rewards.sum(dim=-1)
+    out = scores.clone()
+    with torch.no_grad():
+        for rows in _groups(index, scores.shape[0]).values():
+            if len(rows) > 1:
+                mean = scores[rows].mean()
+                out[rows] = (scores[rows] - mean) / (mean + epsilon)
+        adv = out.unsqueeze(-1) * response_mask
+    return adv, adv
+
+
+@register_adv_est("simple_baseline")
+def compute_simple_baseline_advantage(
+    token_level_rewards: torch.Tensor, response_mask: torch.Tensor, config: Any = None, **kwargs
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The estimator SkyRL's custom-estimator example registers
+    (examples/train/algorithms/custom_advantage_estimator): the masked response reward minus
+    the mean over the whole batch, no groups."""
+    with torch.no_grad():
+        rewards = (token_level_rewards * response_mask).sum(dim=-1, keepdim=True)
+        adv = (rewards - rewards.mean()) * response_mask
+    return adv, adv.clone()
 
 
 # ----------------------------------------------------------------------------- KL control

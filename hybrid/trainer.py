@@ -19,7 +19,13 @@ import time
 import torch
 from tqdm import tqdm
 
-from hybrid.batch_ops import balance_batch, compute_advantage, pf_ppo_resample
+from hybrid.batch_ops import (
+    balance_batch,
+    compute_advantage,
+    mask_truncated_responses,
+    pf_ppo_resample,
+    restore_response_mask,
+)
 from hybrid.checkpointing import RunCheckpoints
 from hybrid.config import HybridConfig, typed_config
 from hybrid.core_algos import agg_loss, get_kl_controller, kl_in_reward
@@ -161,6 +167,9 @@ class PPOTrainer:
             with timed("values", timing):
                 batch = batch.union(self.critic_wg.compute_values(batch))
 
+        if cfg.algorithm.mask_truncated_responses:
+            eos = {self.tokenizer.eos_token_id} - {None}
+            metrics["response_length/truncated_masked_ratio"] = mask_truncated_responses(batch, eos)
         with timed("adv", timing):
             if cfg.algorithm.use_kl_in_reward:
                 rewards, kl_metrics = kl_in_reward(
@@ -194,6 +203,7 @@ class PPOTrainer:
             # The anchor was the engine's own log-probs: left in, the data metrics would report
             # a gap of 0 over the actor's measured rollout/logp_abs_diff_*.
             batch.pop(batch_keys=["old_log_probs"])
+        restore_response_mask(batch)  # the data metrics measure every response as generated
         return batch
 
     # ------------------------------------------------------------------ loop

@@ -18,7 +18,7 @@ from workers.config import ActorRolloutRefConfig
 from workers.losses import KL_PENALTY_KINDS
 
 ARR = "actor_rollout_ref"
-GROUPLESS_ADV_ESTIMATORS = ("gae",)
+GROUPLESS_ADV_ESTIMATORS = ("gae", "simple_baseline")
 # `full` needs log-probs over the whole vocabulary; the workers keep only the sampled
 # tokens' (as verl does), so it cannot run from the config.
 KL_FULL_REASON = (

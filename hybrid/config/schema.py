@@ -145,6 +145,7 @@ class AlgorithmConfig:
     use_pf_ppo: bool
     pf_ppo: PFPPOConfig
     rollout_correction: RolloutCorrectionConfig
+    mask_truncated_responses: bool  # hybrid's: SkyRL's apply_overlong_filtering, ROLL's max_len_mask
 
 
 @dataclass(frozen=True)

@@ -97,6 +97,7 @@ ALIASES: dict[str, str] = {
     "generator.engine_init_kwargs.": "generator.inference_engine.engine_init_kwargs.",
     "trainer.algorithm.ppo_loss_type": "trainer.algorithm.policy_loss_type",
     "trainer.num_warmup_steps": "trainer.policy.optimizer_config.num_warmup_steps",
+    "trainer.use_sample_packing": "trainer.remove_microbatch_padding",
 }
 
 
@@ -159,10 +160,11 @@ RULES = (
     refuse("generator.eval_sampling_params.additional_kwargs", "no further validation sampling keys", accept=(None,)),
     same("generator.eval_n_samples_per_prompt", f"{ROLLOUT}.val_kwargs.n"),
     refuse("generator.zero_reward_on_non_stop", "no key to zero the reward of truncated responses", accept=(False,)),
-    refuse(
+    same(
         "generator.apply_overlong_filtering",
-        "no key to mask truncated responses out of the loss (DAPO's overlong filter)",
-        accept=(False,),
+        "algorithm.mask_truncated_responses",
+        note="DAPO's overlong filtering: a response cut at the length limit (no EOS) leaves every loss; SkyRL "
+        "tells them by the engine's stop reason, hybrid by a full-length response not ending in EOS",
     ),
     refuse(
         "generator.rope_scaling",

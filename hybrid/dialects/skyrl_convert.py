@@ -111,10 +111,46 @@ def _policy_loss(value: Any, ctx: Context) -> dict[str, Any]:
         }
     if value in ("gspo", "clip_cov", "kl_cov", "sapo"):
         return {loss: value}
+    if value == "importance_sampling":  # -ratio * A, unclipped: PPO's clip at bounds no ratio reaches
+        return {
+            loss: "vanilla",
+            f"{ACTOR}.clip_ratio_low": NO_DUAL_CLIP,
+            f"{ACTOR}.clip_ratio_high": NO_DUAL_CLIP,
+            f"{ACTOR}.clip_ratio_c": NO_DUAL_CLIP,
+        }
+    if value == "reinforce":  # SkyRL's custom-loss example: -log pi * A, which is hybrid's gpg
+        return {loss: "gpg"}
+    if value in _LOSSES_REFUSED:
+        raise Refusal(_LOSSES_REFUSED[value])
     raise Refusal(
-        "supported: regular, dual_clip, gspo, clip_cov, kl_cov, cispo, sapo (a loss from SkyRL's "
-        "PolicyLossRegistry can be registered in hybrid through actor_rollout_ref.model.external_lib)"
+        "supported: regular, dual_clip, gspo, clip_cov, kl_cov, cispo, sapo, importance_sampling, reinforce "
+        "(a loss from SkyRL's PolicyLossRegistry can be registered in hybrid through "
+        "actor_rollout_ref.model.external_lib)"
     )
+
+
+_LOSSES_REFUSED = {
+    "rollout_is": (
+        "GLM-5's loss zeroes the gradient of tokens whose ratio to the engine's log-probs leaves "
+        "(1 - eps_clip_low, 1 + eps_clip_high); hybrid's nearest is policy_loss_type=cispo with the engine's "
+        "log-probs as anchor (algorithm.rollout_correction.bypass_mode=true), which clamps instead of zeroing"
+    ),
+    "dppo": "hybrid has no DPPO loss (probability divergences instead of ratios)",
+    "cross_entropy": "a supervised loss: use hybrid's SFT trainer (python -m hybrid.sft_trainer)",
+}
+
+
+def _overlong_buffer(value: Any, ctx: Context) -> dict[str, Any]:
+    # SkyRL's DAPO entry point (examples/train/algorithms/dapo/main_dapo.py) always applies its soft
+    # overlong punishment, with these defaults for the key not given; hybrid's dapo manager is the same
+    # formula: -(length - (max_response_length - len)) / len x penalty_factor over the buffer.
+    buffer = "reward_model.reward_kwargs.overlong_buffer"
+    return {
+        "reward_model.reward_manager": "dapo",
+        f"{buffer}.enable": True,
+        f"{buffer}.len": ctx.get("trainer.algorithm.overlong_buffer_len", 512),
+        f"{buffer}.penalty_factor": ctx.get("trainer.algorithm.overlong_buffer_penalty_factor", 1.0),
+    }
 
 
 def _policy_loss_is(ctx: Context, *names: str) -> bool:
@@ -123,8 +159,9 @@ def _policy_loss_is(ctx: Context, *names: str) -> bool:
 
 def _eps_clip(verl_key: str):
     def convert(value: Any, ctx: Context) -> dict[str, Any]:
-        # SkyRL's cispo reads its own bounds (trainer.algorithm.cispo.*), not these.
-        return {} if _policy_loss_is(ctx, "cispo") else {verl_key: value}
+        # SkyRL's cispo reads its own bounds (trainer.algorithm.cispo.*), and its importance_sampling
+        # and reinforce losses no bounds: not these.
+        return {} if _policy_loss_is(ctx, "cispo", "importance_sampling", "reinforce") else {verl_key: value}
 
     return convert
 
@@ -140,7 +177,9 @@ def _clip_ratio_c(value: Any, ctx: Context) -> dict[str, Any]:
     # With policy_loss_type=regular SkyRL never reads it (the loss rule writes the bound).
     return (
         {}
-        if _policy_loss_is(ctx, "regular", "cispo", "gspo", "clip_cov", "kl_cov", "sapo")
+        if _policy_loss_is(
+            ctx, "regular", "cispo", "gspo", "clip_cov", "kl_cov", "sapo", "importance_sampling", "reinforce"
+        )
         else {f"{ACTOR}.clip_ratio_c": value}
     )
 

@@ -32,6 +32,7 @@ from hybrid.dialects.skyrl_convert import (
     _max_sample_batches,
     _normalize_values,
     _offload_after_step,
+    _overlong_buffer,
     _policy_loss,
     _ref_path,
     _ref_sequence_parallel,
@@ -218,9 +219,15 @@ TRAINER_RULES = (
         accept=(False,),
     ),
     same(
-        "trainer.use_sample_packing",
+        "trainer.remove_microbatch_padding",
         f"{ARR}.model.use_remove_padding",
-        note="hybrid packs the valid tokens of a micro batch",
+        note="hybrid packs the valid tokens of a micro batch (SkyRL's older name: trainer.use_sample_packing)",
+    ),
+    refuse(
+        "trainer.num_dummy_steps",
+        "SkyRL's full-context example trainer (examples/train_scripts/full_context) runs this many steps on "
+        "random max-length sequences to find memory limits; hybrid has no such trainer: train a few steps "
+        "with data.max_prompt_length and data.max_response_length at their limits instead",
     ),
     ignore("trainer.flash_attn", "hybrid picks the attention kernel itself (packed varlen attention where available)"),
     refuse("trainer.disable_fast_tokenizer", "hybrid loads the tokenizer with transformers' defaults", accept=(False,)),
@@ -375,7 +382,16 @@ TRAINER_RULES = (
     choice(
         "trainer.algorithm.advantage_estimator",
         "algorithm.adv_estimator",
-        {"grpo": "grpo", "gae": "gae", "rloo": "rloo", "reinforce++": "reinforce_plus_plus"},
+        {
+            "grpo": "grpo",
+            "gae": "gae",
+            "rloo": "rloo",
+            "reinforce++": "reinforce_plus_plus",
+            "maxrl": "maxrl",
+            "simple_baseline": "simple_baseline",
+        },
+        note="simple_baseline: the estimator SkyRL's custom-estimator example registers in its entry point "
+        "(the response reward minus the batch mean), built into hybrid",
     ),
     same("trainer.algorithm.grpo_norm_by_std", "algorithm.norm_adv_by_std_in_grpo"),
     same("trainer.algorithm.lambd", "algorithm.lam"),
@@ -427,18 +443,49 @@ TRAINER_RULES = (
         (f"{ACTOR}.policy_loss.loss_mode", f"{ACTOR}.clip_ratio_c"),
         _policy_loss,
         f"regular -> vanilla with clip_ratio_c={NO_DUAL_CLIP:g} (never binds), dual_clip -> vanilla, cispo -> cispo "
-        "with clip_ratio_low/high from trainer.algorithm.cispo.*, gspo, clip_cov, kl_cov, sapo",
+        "with clip_ratio_low/high from trainer.algorithm.cispo.*, gspo, clip_cov, kl_cov, sapo, importance_sampling "
+        f"-> vanilla with clip_ratio_low/high/c={NO_DUAL_CLIP:g} (unclipped -ratio x A), reinforce -> gpg "
+        "(-log pi x A); refused: rollout_is, dppo, cross_entropy",
+        "reinforce is the loss SkyRL's custom-loss example registers in its entry point; it averages over "
+        "every position of the padded batch, hybrid aggregates by loss_reduction",
     ),
     choice(
         "trainer.algorithm.loss_reduction",
         f"{ACTOR}.loss_agg_mode",
         {
             "token_mean": "token-mean",
+            "token_mean_legacy": "token-mean",
             "sequence_mean": "seq-mean-token-mean",
             "seq_mean_token_sum_norm": "seq-mean-token-sum-norm",
         },
-        note="seq-mean-token-sum-norm divides by the response horizon (data.max_response_length), SkyRL by "
+        note="token_mean and token_mean_legacy (SkyRL's older token_mean) are both the mean over the "
+        "mini-batch's valid tokens in hybrid, whose micro-batches weigh by their tokens; "
+        "seq-mean-token-sum-norm divides by the response horizon (data.max_response_length), SkyRL by "
         "max_input_length + max_generate_length: a constant factor",
+    ),
+    custom(
+        "trainer.algorithm.overlong_buffer_len",
+        (
+            "reward_model.reward_manager",
+            "reward_model.reward_kwargs.overlong_buffer.enable",
+            "reward_model.reward_kwargs.overlong_buffer.len",
+            "reward_model.reward_kwargs.overlong_buffer.penalty_factor",
+        ),
+        _overlong_buffer,
+        "reward_manager=dapo, overlong_buffer.enable=true, len = value (512 when only the factor is given)",
+        "the DAPO keys of SkyRL's DAPO entry point (examples/train/algorithms/dapo): the soft overlong penalty on "
+        "training rewards; hybrid's dapo manager applies it to validation rewards too",
+    ),
+    custom(
+        "trainer.algorithm.overlong_buffer_penalty_factor",
+        (
+            "reward_model.reward_manager",
+            "reward_model.reward_kwargs.overlong_buffer.enable",
+            "reward_model.reward_kwargs.overlong_buffer.len",
+            "reward_model.reward_kwargs.overlong_buffer.penalty_factor",
+        ),
+        _overlong_buffer,
+        "overlong_buffer.penalty_factor = value (1.0 when only the length is given), as above",
     ),
     custom(
         "trainer.algorithm.eps_clip_low",

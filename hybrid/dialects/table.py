@@ -306,17 +306,25 @@ def translate(dialect: Dialect, given: Mapping[str, Any], order: Iterable[str] |
     problems: list[str] = []
     canonical: dict[str, Any] = {}
     shown: dict[str, str] = {}
+
+    def put(name: str, value: Any, written: str) -> None:
+        # An older spelling and the newer key both given: the dialect refuses two values too.
+        if name in canonical and shown[name] != written and canonical[name] != value:
+            problems.append(
+                f"{shown[name]}={show(canonical[name])} and {written}={show(value)} are one setting "
+                "(an older and a newer spelling) with different values; give one of them"
+            )
+        canonical[name], shown[name] = value, written
+
     for key in order or given:
         value = given[key]
         name = dialect.canonical(key)
         if dialect.rule_for(name) is None and isinstance(value, Mapping) and value:
             # A whole section given as one value: its leaves are the keys.
             for sub, sub_value in flatten(value, key).items():
-                canonical[dialect.canonical(sub)] = sub_value
-                shown[dialect.canonical(sub)] = sub
+                put(dialect.canonical(sub), sub_value, sub)
             continue
-        canonical[name] = value
-        shown[name] = key
+        put(name, value, key)
 
     ctx = Context(canonical, dialect.defaults)
     assigned: dict[str, tuple[Any, str]] = {}

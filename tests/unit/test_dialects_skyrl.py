@@ -265,7 +265,6 @@ SKYRL_REFUSED = [
     ("generator.run_engines_locally=false", "remote engines"),
     ("generator.inference_engine_pipeline_parallel_size=2", "tensor parallelism only"),
     ("generator.zero_reward_on_non_stop=true", "truncated responses"),
-    ("generator.apply_overlong_filtering=true", "overlong filter"),
     ("generator.chat_template.name_or_path=/t.jinja", "chat template"),
     ("generator.eval_sampling_params.min_p=0.1", "validation min_p"),
     ("environment.env_class=sokoban", "no environment of that name"),

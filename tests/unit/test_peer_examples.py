@@ -50,3 +50,107 @@ def test_a_json_dict_on_the_command_line_is_read_or_refused_in_one_line():
             build_config(translate_argv(argv))
         (line,) = [x for x in str(err.value).splitlines() if "engine" in x]
         assert "is neither Hydra's grammar" in line and "nor JSON" in line
+
+
+def test_truncated_responses_leave_the_losses_and_come_back_for_the_metrics():
+    import torch
+
+    from hybrid.batch_ops import mask_truncated_responses, restore_response_mask
+    from protocol.data_proto import DataProto
+
+    eos, pad = 2, 0
+    # width 4: row 0 ends in EOS early, row 1 fills the budget without EOS (truncated),
+    # row 2 fills the budget ending in EOS (finished), row 3 is a multi-turn row whose
+    # observation token (mask 0) is inside a full budget without EOS (truncated).
+    responses = torch.tensor([[5, 2, pad, pad], [5, 6, 7, 8], [5, 6, 7, eos], [5, 9, 6, 7]])
+    attention = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1], [1, 1, 1, 1], [1, 1, 1, 1]])
+    mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1], [1, 1, 1, 1], [1, 0, 1, 1]])
+    prompts = torch.ones(4, 2, dtype=torch.long)
+    batch = DataProto.from_dict(
+        {
+            "responses": responses,
+            "response_mask": mask,
+            "attention_mask": torch.cat([prompts, attention], -1),
+        }
+    )
+    assert mask_truncated_responses(batch, {eos}) == 0.5
+    assert batch.batch["response_mask"].tolist() == [[1, 1, 0, 0], [0, 0, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0]]
+    batch.reorder(torch.tensor([3, 2, 1, 0]))  # balance_batch / PF-PPO reorder rows in between
+    restore_response_mask(batch)
+    assert batch.batch["response_mask"].tolist() == mask.flip(0).tolist()
+    assert "full_response_mask" not in batch.batch.keys()
+
+
+def _skyrl(*overrides: str):
+    from hybrid.dialects import translate_argv
+
+    return build_config(translate_argv(["--dialect", "skyrl", *overrides]))
+
+
+def test_skyrl_dapo_example_keys():
+    # examples/train/algorithms/dapo/run_dapo_gsm8k.sh, its DAPO block as written
+    config = _skyrl(
+        "trainer.algorithm.policy_loss_type=dual_clip",
+        "trainer.algorithm.overlong_buffer_len=512",
+        "trainer.algorithm.overlong_buffer_penalty_factor=1.0",
+        "trainer.algorithm.loss_reduction=token_mean_legacy",
+        "generator.apply_overlong_filtering=true",
+        "generator.sampling_params.max_generate_length=1024",
+    )
+    assert config.reward_model.reward_manager == "dapo"
+    buffer = config.reward_model.reward_kwargs["overlong_buffer"]
+    assert (buffer["enable"], buffer["len"], buffer["penalty_factor"]) == (True, 512, 1.0)
+    assert config.actor_rollout_ref.actor.loss_agg_mode == "token-mean"
+    assert config.algorithm.mask_truncated_responses is True
+    # only one of the two DAPO keys: SkyRL's DAPOAlgorithmConfig default for the other
+    assert (
+        _skyrl("trainer.algorithm.overlong_buffer_penalty_factor=0.5").reward_model.reward_kwargs["overlong_buffer"][
+            "len"
+        ]
+        == 512
+    )
+
+
+def test_skyrl_loss_estimator_and_packing_values():
+    actor = _skyrl("trainer.algorithm.policy_loss_type=importance_sampling").actor_rollout_ref.actor
+    assert actor.policy_loss.loss_mode == "vanilla" and min(actor.clip_ratio_low, actor.clip_ratio_c) >= 1e9
+    assert _skyrl("trainer.algorithm.policy_loss_type=reinforce").actor_rollout_ref.actor.policy_loss.loss_mode == "gpg"
+    for name in ("maxrl", "simple_baseline"):
+        assert _skyrl(f"trainer.algorithm.advantage_estimator={name}").algorithm.adv_estimator == name
+    assert _skyrl("trainer.remove_microbatch_padding=false").actor_rollout_ref.model.use_remove_padding is False
+    assert _skyrl("trainer.use_sample_packing=false").actor_rollout_ref.model.use_remove_padding is False
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["trainer.num_dummy_steps=5"], "full-context example trainer"),
+        (["trainer.algorithm.policy_loss_type=rollout_is"], "clamps instead of zeroing"),
+        (["trainer.algorithm.policy_loss_type=cross_entropy"], "hybrid.sft_trainer"),
+        (["trainer.use_sample_packing=true", "trainer.remove_microbatch_padding=false"], "give one of them"),
+    ],
+)
+def test_skyrl_keys_hybrid_lacks_are_refused_in_one_line(overrides, message):
+    from hybrid.config import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        _skyrl(*overrides)
+    lines = str(err.value).splitlines()
+    assert len(lines) == 2 and message in lines[1]
+
+
+def test_skyrl_estimators_by_hand():
+    import numpy as np
+    import torch
+
+    from hybrid.core_algos import compute_maxrl_advantage, compute_simple_baseline_advantage
+
+    rewards = torch.zeros(4, 3)
+    rewards[:, 1] = torch.tensor([1.0, 0.0, 0.5, 2.0])
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1], [1, 1, 0], [1, 1, 1]])
+    adv, _ = compute_maxrl_advantage(rewards, mask, np.array(["a", "a", "b", "c"]))
+    # group a: mean 0.5 -> (1 - 0.5) / 0.5 = 1, (0 - 0.5) / 0.5 = -1; b and c alone keep their score
+    torch.testing.assert_close(adv[:, 0], torch.tensor([1.0, -1.0, 0.5, 2.0]), atol=1e-5, rtol=0)
+    adv, _ = compute_simple_baseline_advantage(rewards, mask)
+    torch.testing.assert_close(adv[:, 0], torch.tensor([1.0, 0.0, 0.5, 2.0]) - 0.875)
+    assert adv[0, 2] == 0 and adv[1, 2] != 0
