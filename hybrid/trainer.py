@@ -156,7 +156,9 @@ class PPOTrainer:
             with timed("old_log_prob", timing):
                 old = self.actor_rollout_wg.compute_log_prob(batch)
             entropys = old.batch.pop("entropys")
-            metrics["actor/entropy"] = float(agg_loss(entropys, batch.batch["response_mask"], actor.loss_agg_mode))
+            metrics["actor/entropy"] = float(
+                agg_loss(entropys, batch.batch["response_mask"], actor.loss_agg_mode, actor.loss_scale_factor)
+            )
             old.meta_info.pop("timing", None)
             batch = batch.union(old)
 

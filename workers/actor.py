@@ -277,11 +277,13 @@ class _PolicyMicroLoss:
         pg_loss, pg_metrics = self._policy_gradient(micro, log_prob, old_log_prob)
         loss = pg_loss
         if entropy_coeff != 0:
-            ent = agg_loss(entropy, mask, mode)
+            ent = agg_loss(entropy, mask, mode, cfg.loss_scale_factor)
             loss = loss - entropy_coeff * ent
             metrics["actor/entropy_loss"] = float(ent.detach()) * weight
         if cfg.use_kl_loss:
-            kl = agg_loss(kl_penalty(log_prob, micro["ref_log_prob"], cfg.kl_loss_type), mask, mode)
+            kl = agg_loss(
+                kl_penalty(log_prob, micro["ref_log_prob"], cfg.kl_loss_type), mask, mode, cfg.loss_scale_factor
+            )
             loss = loss + float(cfg.kl_loss_coef) * kl
             metrics["actor/kl_loss"] = float(kl.detach()) * weight
         metrics["actor/pg_loss"] = float(pg_loss.detach()) * weight
@@ -335,7 +337,10 @@ class _PolicyMicroLoss:
     ) -> dict:
         """What the skipped old log-prob pass would have reported: entropy, engine/trainer gap."""
         mask = micro["response_mask"]
-        metrics = {"actor/entropy": float(agg_loss(entropy.detach(), mask, self.config.loss_agg_mode)) * weight}
+        cfg = self.config
+        metrics = {
+            "actor/entropy": float(agg_loss(entropy.detach(), mask, cfg.loss_agg_mode, cfg.loss_scale_factor)) * weight
+        }
         if self.has_rollout_lp:
             diff = (micro["rollout_log_probs"] - current_log_prob).abs()[mask.bool()]
             metrics["rollout/logp_abs_diff_mean"] = float(diff.sum()) / counts.tokens

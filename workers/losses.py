@@ -19,6 +19,9 @@ Differences from verl, on purpose (those of the shared maths: workers/loss_math.
     clip_cov / kl_cov), and every one multiplies in the rollout-correction weights
     (``rollout_is_weights``, computed in workers/rollout_correction.py) through one helper;
   * an unknown policy loss name raises ``ValueError`` listing the registered ones.
+
+``seq-mean-token-sum-norm`` divides by ``config.loss_scale_factor`` (verl 0.9's key; null:
+the response horizon), as verl passes it through ``global_batch_info``.
 """
 
 from __future__ import annotations
@@ -160,7 +163,7 @@ def compute_policy_loss_vanilla(
 
     pg_losses = torch.where(advantages < 0, clip_pg_losses2, clip_pg_losses1)
     pg_losses = apply_truncated_is(pg_losses, rollout_is_weights)
-    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
+    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode, config.loss_scale_factor)
     return pg_loss, _metrics(pg_clipfrac, ppo_kl, pg_clipfrac_lower, pg_loss)
 
 
@@ -194,7 +197,7 @@ def compute_policy_loss_gspo(
     pg_losses2 = -advantages * torch.clamp(seq_ratio, 1 - low, 1 + high)
     pg_losses = torch.maximum(pg_losses1, pg_losses2)
     pg_losses = apply_truncated_is(pg_losses, rollout_is_weights)
-    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
+    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode, config.loss_scale_factor)
 
     pg_clipfrac = masked_mean(torch.gt(pg_losses2, pg_losses1).float(), response_mask)
     ppo_kl = masked_mean(-_log_ratio(log_prob, old_log_prob), response_mask)
@@ -241,7 +244,7 @@ def compute_policy_loss_clip_cov(
 
     pg_losses = torch.maximum(pg_losses1, pg_losses2) * corr
     pg_losses = apply_truncated_is(pg_losses, rollout_is_weights)
-    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
+    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode, config.loss_scale_factor)
     return pg_loss, _metrics(pg_clipfrac, ppo_kl, 0.0, pg_loss)
 
 
@@ -278,7 +281,7 @@ def compute_policy_loss_kl_cov(
             select[valid] = penalised
         pg_losses = torch.where(select, pg_losses + ppo_kl_coef * abs_kl, pg_losses)
     pg_losses = apply_truncated_is(pg_losses, rollout_is_weights)
-    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
+    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode, config.loss_scale_factor)
     return pg_loss, _metrics(0.0, ppo_kl_abs, 0.0, pg_loss)
 
 
@@ -300,7 +303,7 @@ def compute_policy_loss_cispo(
     pg_losses = -clipped.detach() * advantages * log_prob
     pg_clipfrac = masked_mean((ratio != clipped).float(), response_mask)
     pg_losses = apply_truncated_is(pg_losses, rollout_is_weights)
-    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
+    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode, config.loss_scale_factor)
     return pg_loss, _metrics(pg_clipfrac, ppo_kl, 0.0, pg_loss)
 
 
@@ -349,7 +352,7 @@ def compute_policy_loss_gpg(
     ``actor/ppo_kl`` is still reported for monitoring; the clip fractions are 0."""
     pg_losses = -log_prob * advantages
     pg_losses = apply_truncated_is(pg_losses, rollout_is_weights)
-    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
+    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode, config.loss_scale_factor)
     ppo_kl = masked_mean(-_log_ratio(log_prob, old_log_prob), response_mask)
     return pg_loss, _metrics(0.0, ppo_kl, 0.0, pg_loss)
 
@@ -400,6 +403,7 @@ def compute_policy_loss_reinforce(
     """
     pg_losses = -advantages * log_prob
     pg_losses = apply_truncated_is(pg_losses, rollout_is_weights)
-    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
+    scale = None if config is None else config.loss_scale_factor  # config may be left out here
+    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode, scale)
     ppo_kl = masked_mean(rollout_log_prob - log_prob.detach(), response_mask)
     return pg_loss, _metrics(0.0, ppo_kl, 0.0, pg_loss)

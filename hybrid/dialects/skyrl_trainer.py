@@ -460,8 +460,8 @@ TRAINER_RULES = (
         },
         note="token_mean and token_mean_legacy (SkyRL's older token_mean) are both the mean over the "
         "mini-batch's valid tokens in hybrid, whose micro-batches weigh by their tokens; "
-        "seq-mean-token-sum-norm divides by the response horizon (data.max_response_length), SkyRL by "
-        "max_input_length + max_generate_length: a constant factor",
+        "seq-mean-token-sum-norm divides by trainer.algorithm.max_seq_len (loss_scale_factor), else by the "
+        "response horizon (data.max_response_length), where SkyRL takes max_input_length + max_generate_length",
     ),
     custom(
         "trainer.algorithm.overlong_buffer_len",
@@ -546,10 +546,11 @@ TRAINER_RULES = (
         _normalize_values,
         "accepted without a critic; true refused with gae",
     ),
-    refuse(
+    same(
         "trainer.algorithm.max_seq_len",
-        "hybrid divides seq-mean-token-sum-norm by the response horizon; no key for another divisor",
-        accept=(None,),
+        f"{ACTOR}.loss_scale_factor",
+        note="Dr. GRPO's constant: seq_mean_token_sum_norm divides each sequence's token sum by it (verl's "
+        "loss_scale_factor); null: the response horizon",
     ),
     custom(
         "trainer.algorithm.use_tis",

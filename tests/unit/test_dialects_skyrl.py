@@ -257,7 +257,6 @@ SKYRL_REFUSED = [
     ("trainer.algorithm.advantage_batch_normalize=true", "normalise advantages over the batch"),
     ("trainer.algorithm.off_policy_correction.tis_ratio_type=sequence", "token-level truncated importance sampling"),
     ("trainer.algorithm.off_policy_correction.sequence_mask_metric=geometric", "sequence masking"),
-    ("trainer.algorithm.max_seq_len=2048", "divisor"),
     ("trainer.algorithm.policy_loss_type=my_loss", "PolicyLossRegistry"),
     ("trainer.algorithm.temperature=0.5", "sampling temperature"),
     ("generator.step_wise_trajectories=true", "step-wise training"),

@@ -270,7 +270,12 @@ def test_vanilla_clip_range_falls_back_to_clip_ratio_in_every_config_form():
     for cfg in (
         actor_section(clip_ratio=0.1, clip_ratio_low=None, clip_ratio_high=None),
         SimpleNamespace(
-            clip_ratio=0.1, clip_ratio_low=None, clip_ratio_high=None, clip_ratio_c=3.0, tis_imp_ratio_cap=-1
+            clip_ratio=0.1,
+            clip_ratio_low=None,
+            clip_ratio_high=None,
+            clip_ratio_c=3.0,
+            tis_imp_ratio_cap=-1,
+            loss_scale_factor=None,
         ),
     ):
         loss, _ = L.compute_policy_loss_vanilla(old, logp, t([[1.0]]), t([[1]]), config=cfg)
@@ -281,7 +286,12 @@ def test_vanilla_clip_range_falls_back_to_clip_ratio_in_every_config_form():
 
 # The actor section as GSPO reads it (attribute access, as the config reaches the losses).
 GSPO_CFG = SimpleNamespace(
-    clip_ratio=0.2, clip_ratio_low=0.2, clip_ratio_high=0.28, clip_ratio_c=3.0, tis_imp_ratio_cap=-1
+    clip_ratio=0.2,
+    clip_ratio_low=0.2,
+    clip_ratio_high=0.28,
+    clip_ratio_c=3.0,
+    tis_imp_ratio_cap=-1,
+    loss_scale_factor=None,
 )
 
 

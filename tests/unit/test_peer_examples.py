@@ -154,3 +154,10 @@ def test_skyrl_estimators_by_hand():
     adv, _ = compute_simple_baseline_advantage(rewards, mask)
     torch.testing.assert_close(adv[:, 0], torch.tensor([1.0, 0.0, 0.5, 2.0]) - 0.875)
     assert adv[0, 2] == 0 and adv[1, 2] != 0
+
+
+def test_skyrl_max_seq_len_is_dr_grpos_constant():
+    actor = _skyrl(
+        "trainer.algorithm.loss_reduction=seq_mean_token_sum_norm", "trainer.algorithm.max_seq_len=2048"
+    ).actor_rollout_ref.actor
+    assert (actor.loss_agg_mode, actor.loss_scale_factor) == ("seq-mean-token-sum-norm", 2048)

@@ -34,8 +34,9 @@ def _metrics(clipfrac, ppo_kl, clipfrac_lower):
     return {"actor/pg_clipfrac": clipfrac, "actor/ppo_kl": ppo_kl, "actor/pg_clipfrac_lower": clipfrac_lower}
 
 
-def agg_loss(loss_mat, loss_mask, loss_agg_mode, dp_size=1, batch_num_tokens=None, global_batch_size=None):
-    loss_scale_factor = None
+def agg_loss(
+    loss_mat, loss_mask, loss_agg_mode, dp_size=1, batch_num_tokens=None, global_batch_size=None, loss_scale_factor=None
+):
     if loss_agg_mode == "token-mean":
         if batch_num_tokens is None:
             batch_num_tokens = loss_mask.sum()
@@ -201,11 +202,12 @@ def _actor_section():
     return build_config().actor_rollout_ref.actor
 
 
-def _configs():
+def _configs(loss_scale_factor=None):
     """hybrid's actor section and verl's ActorConfig fields, with the same values."""
     ours = _actor_section()
     ours = dataclasses.replace(
         ours,
+        loss_scale_factor=loss_scale_factor,
         clip_ratio=0.2,
         clip_ratio_low=0.15,
         clip_ratio_high=0.28,
@@ -222,7 +224,8 @@ def _configs():
         tau_pos=1.0,
         tau_neg=1.05,
         policy_loss=SimpleNamespace(kl_cov_ratio=0.1, ppo_kl_coef=0.7),
-        global_batch_info={},
+        # verl's ppo_loss puts loss_scale_factor into global_batch_info
+        global_batch_info={} if loss_scale_factor is None else {"loss_scale_factor": loss_scale_factor},
     )
     return ours, verl
 
@@ -239,10 +242,11 @@ def _batch(seed: int):
     return old, logp, adv, mask
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", [*MODES, "seq-mean-token-sum-norm/loss_scale_factor=7"])
 @pytest.mark.parametrize("name", sorted(ORACLES))
 def test_policy_loss_matches_verl_0_9(name, mode):
-    ours_cfg, verl_cfg = _configs()
+    mode, _, scale = mode.partition("/loss_scale_factor=")
+    ours_cfg, verl_cfg = _configs(int(scale) if scale else None)
     for seed in (0, 1):
         old, logp, adv, mask = _batch(seed)
         theirs, their_metrics = ORACLES[name](old, logp, adv, mask, mode, verl_cfg)

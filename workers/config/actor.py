@@ -65,6 +65,7 @@ class ActorConfig:
     clip_ratio_high: float | None
     clip_ratio_c: Annotated[float, AtLeast(1, strict=True, note=" (the dual-clip bound)")]
     loss_agg_mode: Annotated[str, OneOf(_loss_agg_modes)]
+    loss_scale_factor: OptionalPositiveInt  # seq-mean-token-sum-norm's divisor (verl's); null: the response horizon
     policy_loss: PolicyLossConfig
     entropy_coeff: float
     use_kl_loss: bool
