@@ -14,6 +14,7 @@ resumable state hybrid/trainer_state.py's and checkpoints hybrid/checkpointing.p
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 
 import torch
@@ -192,6 +193,8 @@ class PPOTrainer:
                 generator = torch.Generator().manual_seed(cfg.trainer.seed * 1_000_003 + self.state.global_step)
                 batch = pf_ppo_resample(batch, cfg.algorithm.pf_ppo, generator)
 
+        if cfg.trainer.dump_data_batch:
+            self.dump_batch(batch)
         if self.use_critic:
             with timed("update_critic", timing):
                 critic_out = self.critic_wg.update_critic(batch)
@@ -207,6 +210,15 @@ class PPOTrainer:
             batch.pop(batch_keys=["old_log_probs"])
         restore_response_mask(batch)  # the data metrics measure every response as generated
         return batch
+
+    def dump_batch(self, batch: DataProto) -> str:
+        """trainer.dump_data_batch (SkyRL's): the step's training input, advantages included, as
+        `DataProto.save_to_disk` writes it (read back with `DataProto.load_from_disk`)."""
+        folder = os.path.join(os.path.abspath(str(self.config.trainer.default_local_dir)), "dumped_data")
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, f"global_step_{self.state.global_step}_training_input.pt")
+        batch.save_to_disk(path)
+        return path
 
     # ------------------------------------------------------------------ loop
     def fit(self) -> dict:

@@ -176,6 +176,7 @@ class TrainerConfig:
     max_critic_ckpt_to_keep: int | None
     merge_on_finish: bool | None
     plot_on_finish: bool
+    dump_data_batch: bool  # SkyRL's: the training batch of every step written for debugging
     ray_wait_register_center_timeout: PositiveInt
     use_legacy_worker_impl: Annotated[
         str, Fixed(("auto",), "hybrid has one worker implementation (verl chooses between two)")

@@ -343,7 +343,12 @@ TRAINER_RULES = (
         "[value, file]",
         "`file` (metrics.jsonl) is hybrid's run record and is always kept",
     ),
-    refuse("trainer.dump_data_batch", "hybrid has no batch dump", accept=(False,)),
+    same(
+        "trainer.dump_data_batch",
+        "trainer.dump_data_batch",
+        note="written to trainer.ckpt_path/dumped_data/global_step_N_training_input.pt (DataProto.load_from_disk "
+        "reads it); SkyRL writes a pickle under trainer.export_path",
+    ),
     ignore(
         "trainer.dump_eval_results",
         "hybrid writes validation samples to val_generations.jsonl (trainer.log_val_generations)",

@@ -269,7 +269,6 @@ SKYRL_REFUSED = [
     ("environment.env_class=sokoban", "no environment of that name"),
     ("trainer.policy.model.lora.dropout=0.1", "dropout"),
     ("trainer.policy.record_memory=true", "memory-snapshot"),
-    ("trainer.dump_data_batch=true", "batch dump"),
     ("trainer.ref.model.path=/other", "initial policy"),
     ("trainer.max_ckpts_to_keep=0", "keeps nothing"),
 ]

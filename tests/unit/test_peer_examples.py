@@ -161,3 +161,20 @@ def test_skyrl_max_seq_len_is_dr_grpos_constant():
         "trainer.algorithm.loss_reduction=seq_mean_token_sum_norm", "trainer.algorithm.max_seq_len=2048"
     ).actor_rollout_ref.actor
     assert (actor.loss_agg_mode, actor.loss_scale_factor) == ("seq-mean-token-sum-norm", 2048)
+
+
+def test_dump_data_batch_writes_each_steps_training_input(tmp_path):
+    from types import SimpleNamespace
+
+    import torch
+
+    from hybrid.trainer import PPOTrainer
+    from protocol.data_proto import DataProto
+
+    config = _skyrl("trainer.dump_data_batch=true", f"trainer.ckpt_path={tmp_path}")
+    assert config.trainer.dump_data_batch is True
+    batch = DataProto.from_dict({"advantages": torch.arange(6.0).reshape(2, 3)})
+    trainer = SimpleNamespace(config=config, state=SimpleNamespace(global_step=3))
+    path = PPOTrainer.dump_batch(trainer, batch)
+    assert path == str(tmp_path / "dumped_data" / "global_step_3_training_input.pt")
+    torch.testing.assert_close(DataProto.load_from_disk(path).batch["advantages"], batch.batch["advantages"])
