@@ -122,6 +122,31 @@ def restore_response_mask(batch: DataProto) -> None:
         batch.pop(batch_keys=[FULL_RESPONSE_MASK])
 
 
+def clip_rewards_and_advantages(batch: DataProto, algorithm, metrics: dict) -> None:
+    """`compute_advantage` between ROLL's two clamps:
+    `algorithm.reward_clip` on the token-level rewards before, `algorithm.advantage_clip` on
+    the advantages after, each with its clip fraction in `metrics` (ROLL's names)."""
+    tensors, mask = batch.batch, batch.batch["response_mask"]
+    if algorithm.reward_clip is not None:
+        clipped, share = clamp_masked(tensors["token_level_rewards"], float(algorithm.reward_clip), mask)
+        tensors["token_level_rewards"] = clipped
+        metrics["critic/token_reward_clip_frac"] = share
+    compute_advantage(batch, algorithm)
+    if algorithm.advantage_clip is not None:
+        clipped, share = clamp_masked(tensors["advantages"], float(algorithm.advantage_clip), mask)
+        tensors["advantages"] = clipped
+        metrics["critic/advantage_clip_frac"] = share
+
+
+def clamp_masked(values: torch.Tensor, bound: float, mask: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """`values` clamped to [-bound, bound] (ROLL's reward_clip and advantage_clip), and the share
+    of valid tokens whose value changed (ROLL logs it as the clip fraction)."""
+    clamped = values.clamp(-bound, bound)
+    valid = mask.bool()
+    share = float((clamped != values)[valid].float().mean()) if valid.any() else 0.0
+    return clamped, share
+
+
 def pf_ppo_weights(scores: torch.Tensor, method: str, weight_pow: float) -> torch.Tensor:
     """verl's PF-PPO sampling weights of sequence scores: `pow` |score|^weight_pow,
     `max_min` 1 for the batch's best and worst scores and 0 otherwise, `max_random` 0.4

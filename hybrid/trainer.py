@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from hybrid.batch_ops import (
     balance_batch,
-    compute_advantage,
+    clip_rewards_and_advantages,
     mask_truncated_responses,
     pf_ppo_resample,
     restore_response_mask,
@@ -187,7 +187,7 @@ class PPOTrainer:
                 metrics.update(kl_metrics)
             else:
                 batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
-            compute_advantage(batch, cfg.algorithm)
+            clip_rewards_and_advantages(batch, cfg.algorithm, metrics)
             if cfg.algorithm.use_pf_ppo:
                 # Seeded by step, so a resumed run draws the same rows.
                 generator = torch.Generator().manual_seed(cfg.trainer.seed * 1_000_003 + self.state.global_step)

@@ -146,6 +146,8 @@ class AlgorithmConfig:
     pf_ppo: PFPPOConfig
     rollout_correction: RolloutCorrectionConfig
     mask_truncated_responses: bool  # hybrid's: SkyRL's apply_overlong_filtering, ROLL's max_len_mask
+    reward_clip: Annotated[float | None, Positive()]  # ROLL's: token-level rewards clamped to [-x, x]
+    advantage_clip: Annotated[float | None, Positive()]  # ROLL's: advantages clamped to [-x, x]
 
 
 @dataclass(frozen=True)

@@ -302,9 +302,17 @@ RULES: tuple[Rule, ...] = (
         "no length reward in hybrid (reward_model.reward_manager=dapo has an overlong penalty)",
         accept=(False,),
     ),
-    refuse("reward_clip", "no reward clipping key in hybrid", accept=(None,)),
+    via(
+        "reward_clip",
+        "algorithm.reward_clip",
+        lambda value, ctx: value or None,
+        "same value (0 or null: off)",
+        "the token-level rewards (after any KL in the reward) clamped to [-x, x] before the advantages, as ROLL's "
+        "compute_token_reward; ROLL also clamps the response rewards after its reward normalisation, which "
+        "hybrid's estimators do inside",
+    ),
     refuse("whiten_rewards", "no reward whitening key in hybrid", accept=(False,)),
-    refuse("advantage_clip", "no advantage clipping key in hybrid", accept=(None,)),
+    same("advantage_clip", "algorithm.advantage_clip", note="the advantages clamped to [-x, x] after the estimator"),
     choice(
         "use_policy_loss_type",
         f"{ACTOR}.policy_loss.loss_mode",
@@ -322,7 +330,12 @@ RULES: tuple[Rule, ...] = (
     ),
     refuse("difficulty_loss_weight", "no difficulty loss weight in hybrid", accept=(False,)),
     refuse("length_loss_weight", "no length loss weight in hybrid", accept=(False,)),
-    refuse("max_len_mask", "no key to mask truncated responses out of the loss", accept=(False,)),
+    same(
+        "max_len_mask",
+        "algorithm.mask_truncated_responses",
+        note="responses that fill response_length leave the loss; ROLL masks every full-length response, hybrid "
+        "those of them that do not end in EOS",
+    ),
     refuse(
         "difficulty_mask",
         "no difficulty mask in hybrid (algorithm.filter_groups drops groups without variance instead)",

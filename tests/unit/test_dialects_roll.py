@@ -268,11 +268,8 @@ response_length: 48
 adv_estimator: gigpo
 async_generation_ratio: 0.5
 logging_steps: 5
-reward_clip: 10
-advantage_clip: 2.0
 whiten_rewards: true
 use_topr_loss: true
-max_len_mask: true
 difficulty_mask: true
 importance_sampling: seq
 is_use_additional_prompts: true
@@ -307,11 +304,8 @@ ROLL_REFUSED = [
     ("adv_estimator=gigpo", "step-wise estimator"),
     ("async_generation_ratio=0.5", "requires async_generation_ratio >= 1 when it is asynchronous"),
     ("logging_steps=5", "logs every step"),
-    ("reward_clip=10", "reward clipping"),
-    ("advantage_clip=2.0", "advantage clipping"),
     ("whiten_rewards=true", "reward whitening"),
     ("use_topr_loss=true", "TOPR"),
-    ("max_len_mask=true", "truncated responses"),
     ("difficulty_mask=true", "difficulty mask"),
     ("importance_sampling=seq", "per token"),
     ("is_use_additional_prompts=true", "dynamic sampling"),
@@ -344,8 +338,6 @@ def test_roll_documents_at_least_ten_refused_keys():
     assert len(refused) >= 10
     for key in (
         "actor_train.model_update_frequency",
-        "reward_clip",
-        "advantage_clip",
         "logging_steps",
         "reward_model.*",
     ):

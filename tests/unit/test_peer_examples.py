@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 
+import numpy as np
 import pytest
 
 from hybrid.config import build_config
@@ -178,3 +179,38 @@ def test_dump_data_batch_writes_each_steps_training_input(tmp_path):
     path = PPOTrainer.dump_batch(trainer, batch)
     assert path == str(tmp_path / "dumped_data" / "global_step_3_training_input.pt")
     torch.testing.assert_close(DataProto.load_from_disk(path).batch["advantages"], batch.batch["advantages"])
+
+
+def test_roll_clips_and_length_mask(tmp_path):
+    from hybrid.dialects import translate_argv
+
+    path = tmp_path / "rlvr.yaml"
+    path.write_text("adv_estimator: grpo\nreward_clip: 10\nadvantage_clip: 2.0\nmax_len_mask: true\n")
+    algorithm = build_config(translate_argv(["--roll-config", str(path)])).algorithm
+    assert (algorithm.reward_clip, algorithm.advantage_clip, algorithm.mask_truncated_responses) == (10, 2.0, True)
+    path.write_text("adv_estimator: grpo\nreward_clip: 0\n")
+    assert build_config(translate_argv(["--roll-config", str(path)])).algorithm.reward_clip is None
+
+
+def test_reward_and_advantage_clips_by_hand():
+    import torch
+
+    from hybrid.batch_ops import clip_rewards_and_advantages
+    from protocol.data_proto import DataProto
+
+    # GRPO over one group of two: rewards 30 and -1 clipped to 10 and -1 -> advantages
+    # (10 - 4.5) / std and (-1 - 4.5) / std with std = sqrt(60.5), then clamped to [-0.5, 0.5].
+    scores = torch.tensor([[0.0, 30.0], [-1.0, 0.0]])
+    mask = torch.tensor([[1, 1], [1, 0]])
+    batch = DataProto.from_dict(
+        {"token_level_rewards": scores.clone(), "response_mask": mask},
+        non_tensors={"uid": np.array(["a", "a"], dtype=object)},
+    )
+    algorithm = build_config(["algorithm.reward_clip=10", "algorithm.advantage_clip=0.5"]).algorithm
+    metrics = {}
+    clip_rewards_and_advantages(batch, algorithm, metrics)
+    assert batch.batch["token_level_rewards"].tolist() == [[0.0, 10.0], [-1.0, 0.0]]
+    std = (2 * 5.5**2) ** 0.5
+    assert 5.5 / std > 0.5  # both advantages clipped
+    torch.testing.assert_close(batch.batch["advantages"], torch.tensor([[0.5, 0.5], [-0.5, 0.0]]))
+    assert metrics == pytest.approx({"critic/token_reward_clip_frac": 1 / 3, "critic/advantage_clip_frac": 1.0})
