@@ -11,8 +11,11 @@ once, and assembles token-level scores as the after-batch path does: the reward 
 score and the reward model's on the last response token, the environments' rewards in
 multi-turn rollouts, `reward_model.combine` as before.
 
-Placement: the workers and the engine ask Ray for no cores of their own: on a CPU machine they
-share the cores with the trainer (the engine time-shared, as the colocated rollout engine is).
+When the agent loops score: with no reward model, or with `reward_model.enable_resource_pool`
+(verl's rule: a reward model with resources of its own); a colocated reward model scores after
+the batch. Placement: the workers and the engine ask Ray for no cores of their own: on a CPU
+machine they share the cores with the trainer (the engine time-shared, as the colocated rollout
+engine is); a served reward model on GPUs is not built yet and is refused at start.
 """
 
 from __future__ import annotations
@@ -50,6 +53,8 @@ def batch_samples(batch: DataProto, reward_fn_key: str) -> list[dict]:
 
 
 class RewardLoop:
+    """config: the whole run's (HybridConfig)."""
+
     def __init__(self, config):
         rm = config.reward_model
         self.config = config
@@ -88,7 +93,10 @@ class RewardLoop:
         the reward function scores (multi-turn: only a custom one), the data-source key."""
         multi_turn = self.config.actor_rollout_ref.rollout.multi_turn.enable
         use_reward_fn = not multi_turn or bool(self.config.custom_reward_function.path)
-        return self.handles, use_reward_fn, self.config.data.reward_fn_key
+        rm = self.config.reward_model
+        # verl's rule: a reward model colocated with the policy scores after the batch.
+        during_rollout = not rm.enable or rm.enable_resource_pool
+        return (self.handles if during_rollout else []), use_reward_fn, self.config.data.reward_fn_key
 
     def submit(self, samples: list[dict], use_reward_fn: bool) -> list:
         """Start scoring `samples` (round robin over the workers); the results' object refs."""
@@ -159,6 +167,10 @@ class RewardLoop:
                 extra["judge_status"] = statuses
                 for status in STATUSES:
                     metrics[f"reward_loop/judge_{status}"] = float(sum(s == status for s in statuses))
+                if use_reward_fn:
+                    # How often the judge's verdict rounds to the reward function's score (0/1 tasks).
+                    agree = [abs(float(r["rm_score"]) - float(r["score"])) < 0.5 for r in results]
+                    metrics["reward_loop/judge_agrees_with_reward_fn"] = float(np.mean(agree))
             else:
                 metrics["reward_loop/rm_truncated"] = float(sum(bool(r.get("truncated")) for r in results))
         metrics["reward_loop/collect_s"] = time.perf_counter() - start

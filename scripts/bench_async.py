@@ -353,11 +353,11 @@ def _stop(proc: subprocess.Popen) -> None:
             continue
 
 
-def train(name: str, overrides: list[str], timeout_s: float) -> dict:
-    """One `python -m hybrid.main_ppo` run (its overrides write to BENCH_DIR/name): its records,
+def train(name: str, overrides: list[str], timeout_s: float, bench_dir: Path = BENCH_DIR) -> dict:
+    """One `python -m hybrid.main_ppo` run (its overrides write to bench_dir/name): its records,
     line times, wall, load after, other processes' CPU share, and the error (exit status and
     log tail) if it failed or hung."""
-    run_dir = BENCH_DIR / name
+    run_dir = bench_dir / name
     for path in run_dir.glob("*.json*"):
         path.unlink()  # metrics.jsonl appends: a previous run's lines would be read as this one's
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -67,6 +67,7 @@ def test_every_example_is_checked():
         "skyrl_grpo_arithmetic.sh",
         "multi_turn_arithmetic_retry.sh",
         "openai_agent_arithmetic.sh",
+        "judge_arithmetic.sh",
     }
 
 
@@ -202,3 +203,14 @@ def test_gsm8k_script_without_data_points_at_the_preprocess_script(capture_pytho
     assert result.returncode == 2
     assert "train.parquet not found" in result.stderr and "examples/data_preprocess/gsm8k.py" in result.stderr
     assert not args_file.exists()
+
+
+def test_judge_script_serves_the_judge_in_the_reward_loop(capture_python):
+    shim, args_file = capture_python
+    cfg, _ = script_config("judge_arithmetic.sh", shim, args_file)
+    rm = cfg.reward_model
+    assert rm.enable and rm.use_reward_loop and rm.enable_resource_pool and rm.combine == "rm_only"
+    assert OmegaConf.to_container(rm.model, resolve=False)["path"] == "${hybrid_default:model}"
+    assert cfg.actor_rollout_ref.rollout.mode == "async"
+    cfg, _ = script_config("judge_arithmetic.sh", shim, args_file, env={"JUDGE_MODEL_PATH": "/models/judge"})
+    assert cfg.reward_model.model.path == "/models/judge"

@@ -138,6 +138,9 @@ class RewardModelConfig:
         bool, Fixed((False,), "rewards are computed on the driver between generation and the update")
     ]
     use_reward_loop: bool
+    # verl's: the reward model on resources of its own, so the agent loops may score each
+    # trajectory as it finishes; false (colocated): a served reward model scores after the batch.
+    enable_resource_pool: bool
     num_workers: PositiveInt  # the reward loop's workers (Ray actors), each scoring trajectories concurrently
     rollout: RewardRolloutConfig
     judge: RewardJudgeConfig
