@@ -48,8 +48,8 @@ from hybrid.dialects.roll_workers import (
     _dtype_train,
     _engine_config,
     _reward_worker,
-    _strategy_config,
     _worker_rules,
+    strategy_config_rule,
 )
 from hybrid.dialects.table import (
     NO_DUAL_CLIP,
@@ -467,7 +467,7 @@ RULES: tuple[Rule, ...] = (
         },
         note="the reference runs FSDP2 forward passes inside hybrid's actor worker",
     ),
-    custom("reference.strategy_args.strategy_config.*", (), _strategy_config("reference"), "refused"),
+    strategy_config_rule("reference"),
     choice(
         "actor_infer.strategy_args.strategy_name",
         f"{ROLLOUT}.name",

@@ -33,7 +33,42 @@ def _dtype_train(prefix: str):
     return convert
 
 
+# The FSDP section of each FSDP2 role, and its key for ROLL's offload_policy (CPUOffloadPolicy).
+_FSDP = {
+    "actor_train": (f"{ACTOR}.fsdp_config", "offload_policy"),
+    "critic": ("critic.model.fsdp_config", "offload_policy"),
+    "reference": (f"{REF}.fsdp_config", "param_offload"),
+}
+_DTYPES = {"bf16": "bf16", "bfloat16": "bf16", "fp32": "fp32", "float32": "fp32"}
+# ROLL FSDP2 settings that tune memory or speed only: what is computed is the same.
+_FSDP2_MACHINERY = {
+    "fsdp_size": "hybrid shards every decoder layer over all the role's ranks; ROLL's fsdp_size only sets how "
+    "many ranks share one copy of the weights (hybrid sharding), not what is computed",
+    "reduce_dtype": "hybrid reduces gradients in fp32, at least as exact as ROLL's bf16 reduction (a speed setting)",
+    "use_batched_model_update": "hybrid's weight sync gathers in buckets of rollout.update_weights_bucket_megabytes",
+    "reduce_scatter_during_grad_accumulation": "a communication schedule: the gradients are the same",
+    "async_save_ckpt": "hybrid saves checkpoints synchronously",
+    "tiled_num_shards": "read only with apply_tiled_mlp, which is false",
+    "model_type": "read only with apply_tiled_mlp, which is false",
+}
+# Accepted at the value hybrid behaves like; any other is refused with the reason.
+_FSDP2_FIXED = {
+    "wrap_policy": (lambda v: not v, "hybrid wraps every decoder layer as its own FSDP unit (no wrap policy)"),
+    "ep_size": (lambda v: v in (None, 1), "hybrid has no expert parallelism"),
+    "efsdp_size": (lambda v: v in (None, 1), "hybrid has no expert parallelism"),
+    "moe_use_grouped_mm": (lambda v: not v, "hybrid has no grouped-GEMM MoE kernels"),
+    "apply_expert_patch": (lambda v: not v, "hybrid has no expert patch"),
+    "apply_tiled_mlp": (lambda v: not v, "hybrid has no tiled MLP"),
+    "save_only_model": (
+        lambda v: not v,
+        "hybrid's checkpoints are resumable (optimizer included); choose their contents with "
+        "actor_rollout_ref.actor.checkpoint.save_contents in verl keys",
+    ),
+}
+
+
 def _strategy_config(role: str):
+    """`<role>.strategy_args.strategy_config.*` of ROLL's FSDP2 strategy onto hybrid's FSDP section."""
     refused_strategies = (
         "megatron_train",
         "megatron_infer",
@@ -41,15 +76,51 @@ def _strategy_config(role: str):
         "deepspeed_infer",
         "diffusion_deepspeed_train",
     )
+    prefix, offload = _FSDP[role]
+    start = len(f"{role}.strategy_args.strategy_config.")
 
     def convert(value: Any, ctx: Context) -> dict[str, Any]:
         if ctx.get(f"{role}.strategy_args.strategy_name") in refused_strategies:
             return {}  # the strategy itself is refused, with its reason
+        name = ctx.key[start:].split(".", 1)[0]
+        if name == "param_dtype":
+            if str(value) not in _DTYPES:
+                raise Refusal("supported: bf16, fp32 (hybrid computes in neither fp16 nor fp8)")
+            return {f"{prefix}.mixed_precision": _DTYPES[str(value)]}
+        if name == "reshard_after_forward":
+            return {} if value is None else {f"{prefix}.reshard_after_forward": bool(value)}
+        if name == "offload_policy":
+            return {f"{prefix}.{offload}": bool(value)}
+        if name in _FSDP2_MACHINERY:
+            if name == "reduce_dtype" and str(value) not in _DTYPES:
+                raise Refusal("supported: float32, bf16 (hybrid reduces in fp32)")
+            return {}
+        if name in _FSDP2_FIXED:
+            accepted, reason = _FSDP2_FIXED[name]
+            if accepted(value):
+                return {}
+            raise Refusal(reason)
         raise Refusal(
-            f"hybrid's FSDP settings are {ACTOR}.fsdp_config.* in verl keys; no ROLL strategy_config key maps to them"
+            "not a setting of ROLL's FSDP2 strategy that hybrid knows; known: param_dtype, reduce_dtype, "
+            "reshard_after_forward, offload_policy, fsdp_size, wrap_policy (and its MoE, tiled-MLP and "
+            "checkpoint switches at their defaults)"
         )
 
     return convert
+
+
+def strategy_config_rule(role: str) -> Rule:
+    prefix, offload = _FSDP[role]
+    return custom(
+        f"{role}.strategy_args.strategy_config.*",
+        (f"{prefix}.mixed_precision", f"{prefix}.reshard_after_forward", f"{prefix}.{offload}"),
+        _strategy_config(role),
+        "FSDP2's param_dtype (bf16, fp32) -> mixed_precision, reshard_after_forward -> reshard_after_forward, "
+        f"offload_policy -> {offload}; fsdp_size, reduce_dtype (fp32 or bf16), use_batched_model_update, "
+        "reduce_scatter_during_grad_accumulation, async_save_ckpt: no effect on what is computed (hybrid shards "
+        "every layer over all ranks and reduces in fp32); wrap_policy empty, ep_size/efsdp_size 1, "
+        "moe_use_grouped_mm, apply_expert_patch, apply_tiled_mlp and save_only_model false only",
+    )
 
 
 # vLLM arguments ROLL passes through strategy_config that hybrid has its own key for.
@@ -182,7 +253,7 @@ def _training_rules(role: str) -> list[Rule]:
             f"{ARR}.model.use_remove_padding" if role == "actor_train" else "critic.model.use_remove_padding",
         ),
         ignore(f"{role}.sequence_packing_args.*", "hybrid packs each micro batch's valid tokens itself"),
-        custom(f"{role}.strategy_args.strategy_config.*", (), _strategy_config(role), "refused"),
+        strategy_config_rule(role),
     ]
 
 

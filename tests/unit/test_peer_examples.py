@@ -214,3 +214,28 @@ def test_reward_and_advantage_clips_by_hand():
     assert 5.5 / std > 0.5  # both advantages clipped
     torch.testing.assert_close(batch.batch["advantages"], torch.tensor([[0.5, 0.5], [-0.5, 0.0]]))
     assert metrics == pytest.approx({"critic/token_reward_clip_frac": 1 / 3, "critic/advantage_clip_frac": 1.0})
+
+
+def test_roll_fsdp2_strategy_config_onto_hybrids_fsdp_settings(tmp_path):
+    from hybrid.config import ConfigError
+    from hybrid.dialects import translate_argv
+
+    # the strategy_config block of ROLL's FSDP2 examples (examples/*/..._fsdp2.yaml), as written
+    path = tmp_path / "rlvr.yaml"
+    path.write_text(
+        "adv_estimator: grpo\n"
+        "actor_train:\n  strategy_args:\n    strategy_name: fsdp2_train\n    strategy_config:\n"
+        "      param_dtype: fp32\n      reduce_dtype: bf16\n      reshard_after_forward: false\n"
+        "      offload_policy: true\n      fsdp_size: 8\n      use_batched_model_update: false\n"
+        "reference:\n  strategy_args:\n    strategy_name: fsdp2_infer\n    strategy_config:\n"
+        "      param_dtype: bf16\n      offload_policy: true\n"
+    )
+    arr = build_config(translate_argv(["--roll-config", str(path)])).actor_rollout_ref
+    fsdp = arr.actor.fsdp_config
+    assert (fsdp.mixed_precision, fsdp.reshard_after_forward, fsdp.offload_policy) == ("fp32", False, True)
+    assert (arr.ref.fsdp_config.mixed_precision, arr.ref.fsdp_config.param_offload) == ("bf16", True)
+    with pytest.raises(ConfigError) as err:
+        translate_argv(
+            ["--roll-config", str(path), "+actor_train.strategy_args.strategy_config.wrap_policy.wrap_embeddings=true"]
+        )
+    assert "wrap_policy.wrap_embeddings=true: hybrid wraps every decoder layer" in str(err.value)
