@@ -96,7 +96,8 @@ def _model_uses(config) -> dict[str, tuple[list[str], set[str]]]:
             ("critic.model.path", critic.path, {"model"} | ({"tokenizer"} if not critic.tokenizer_path else set()))
         )
         uses.append(("critic.model.tokenizer_path", critic.tokenizer_path, {"tokenizer"}))
-    if config.reward_model.enable:
+    # A judge behind reward_model.judge.base_url is a name on that server, not a folder here.
+    if config.reward_model.enable and not (config.reward_model.use_reward_loop and config.reward_model.judge.base_url):
         rm = config.reward_model.model
         uses.append(("reward_model.model.path", rm.path, {"model", "tokenizer"}))
         uses.append(("reward_model.model.input_tokenizer", rm.input_tokenizer, {"tokenizer"}))
