@@ -422,10 +422,23 @@ def _lists(value: Any, ctx: Context) -> list[str]:
     return [value] if isinstance(value, str) else list(value)
 
 
+INTERLEAVE = "actor_train.data_args.domain_interleave_probs"
+
+
 def _interleave(value: Any, ctx: Context) -> dict[str, Any]:
-    if value is None or (isinstance(value, dict) and len(value) <= 1) or (isinstance(value, str) and "," not in value):
-        return {}
-    raise Refusal("hybrid reads all training files as one data set; no per-domain mixing probabilities")
+    """ROLL's {domain: probability} mapping, read whole: a YAML mapping arrives as one key per
+    domain (`...domain_interleave_probs.math_rule`), a command line may give it as one value."""
+    if ctx.key == INTERLEAVE:
+        domains = value if isinstance(value, dict) else ([] if value is None else str(value).split(","))
+    else:
+        domains = [key for key in ctx.given if key.startswith(INTERLEAVE + ".")]
+    if len(domains) <= 1:
+        return {}  # one domain: all prompts come from it, as from hybrid's single data set
+    raise Refusal(
+        f"{INTERLEAVE} mixes {len(domains)} domains by probability; hybrid reads all training files as one data "
+        "set (no per-domain mixing): give one domain, or merge the files in the proportions wanted",
+        shared=True,
+    )
 
 
 __all__ = ["ACTOR", "ARR", "REF", "ROLLOUT", "parse_devices"]

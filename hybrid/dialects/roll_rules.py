@@ -507,7 +507,12 @@ RULES: tuple[Rule, ...] = (
     custom("actor_train.data_args.template", (), _template, "native accepted"),
     ignore("actor_train.data_args.dataset_dir", "file_name is read as given"),
     ignore("actor_train.data_args.preprocessing_num_workers", "hybrid tokenises prompts as batches are drawn"),
-    custom("actor_train.data_args.domain_interleave_probs", (), _interleave, "one domain accepted"),
+    custom(
+        "actor_train.data_args.domain_interleave_probs.*",
+        (),
+        _interleave,
+        "a {domain: probability} mapping with one domain accepted; several refused (once, naming how many)",
+    ),
     custom("actor_train.data_args.interleave_probs", (), _interleave, "one file accepted"),
     custom("actor_infer.data_args.template", (), _template, "native accepted"),
     custom("reference.data_args.template", (), _template, "native accepted"),

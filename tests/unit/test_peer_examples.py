@@ -239,3 +239,18 @@ def test_roll_fsdp2_strategy_config_onto_hybrids_fsdp_settings(tmp_path):
             ["--roll-config", str(path), "+actor_train.strategy_args.strategy_config.wrap_policy.wrap_embeddings=true"]
         )
     assert "wrap_policy.wrap_embeddings=true: hybrid wraps every decoder layer" in str(err.value)
+
+
+def test_roll_domain_interleave_probs_is_read_as_one_mapping(tmp_path):
+    from hybrid.config import ConfigError
+    from hybrid.dialects import translate_argv
+
+    path = tmp_path / "rlvr.yaml"
+    path.write_text(
+        "adv_estimator: grpo\nactor_train:\n  data_args:\n    domain_interleave_probs:\n      math_rule: 1.0\n"
+    )
+    translate_argv(["--roll-config", str(path)])  # one domain: accepted
+    with pytest.raises(ConfigError) as err:
+        translate_argv(["--roll-config", str(path), "+actor_train.data_args.domain_interleave_probs.code_sandbox=0.5"])
+    problems = [line for line in str(err.value).splitlines() if line.startswith("  - ")]
+    assert len(problems) == 1 and "mixes 2 domains by probability" in problems[0]
