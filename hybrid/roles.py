@@ -45,6 +45,11 @@ def wants_ray(config) -> bool:
 RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
 
 
+def worker_env(config) -> dict[str, str]:
+    """trainer.worker_env_vars as environment strings (ROLL's system_envs)."""
+    return {str(name): str(value) for name, value in config.trainer.worker_env_vars.items()}
+
+
 def init_ray_if_needed(config) -> None:
     import ray
 
@@ -55,6 +60,7 @@ def init_ray_if_needed(config) -> None:
     for name in ("HYBRID_CACHE_DIR", "HYBRID_DEVICE"):
         if os.environ.get(name):
             env[name] = os.environ[name]
+    env.update(worker_env(config))  # trainer.worker_env_vars: every Ray worker gets them
     kwargs = {"runtime_env": {"env_vars": env}, "include_dashboard": False, "logging_level": "WARNING"}
     # A cluster started with `ray start` (RAY_ADDRESS set) owns its resources. A one-node run
     # on the host starts a private cluster with at least one CPU slot per rank, even when

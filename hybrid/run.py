@@ -68,12 +68,15 @@ def run_ppo(config) -> dict:
 
     from hybrid.console import print_header, print_summary
     from hybrid.defaults import resolve_default_assets
-    from hybrid.roles import init_ray_if_needed, wants_ray
+    from hybrid.roles import init_ray_if_needed, wants_ray, worker_env
     from reward.loader import load_reward_manager
     from workers.device import select_device
     from workers.engine_logs import ENGINE_LOG_DIR_ENV
 
     config = resolve_default_assets(as_typed(config))  # prepares the default model and data when named
+    # trainer.worker_env_vars (ROLL's system_envs): in place before anything reads them; the local
+    # worker group and Ray's workers (hybrid/roles.py) inherit them.
+    os.environ.update(worker_env(config))
     select_device(config.trainer.device)
     seed = config.trainer.seed
     random.seed(seed)

@@ -37,6 +37,7 @@ FREE_FORM_SUFFIXES = (
     "reward_kwargs",
     "apply_chat_template_kwargs",
     "env_kwargs",
+    "worker_env_vars",
 )
 
 # verl sections for what hybrid does not have: any key inside is refused with the reason

@@ -179,6 +179,7 @@ class TrainerConfig:
     merge_on_finish: bool | None
     plot_on_finish: bool
     dump_data_batch: bool  # SkyRL's: the training batch of every step written for debugging
+    worker_env_vars: dict[str, Any]  # ROLL's system_envs: set before the driver and the workers start
     ray_wait_register_center_timeout: PositiveInt
     use_legacy_worker_impl: Annotated[
         str, Fixed(("auto",), "hybrid has one worker implementation (verl chooses between two)")

@@ -50,6 +50,7 @@ from hybrid.dialects.roll_workers import (
     _reward_worker,
     _worker_rules,
     strategy_config_rule,
+    system_envs_rule,
 )
 from hybrid.dialects.table import (
     NO_DUAL_CLIP,
@@ -149,12 +150,7 @@ RULES: tuple[Rule, ...] = (
     ignore("profiler_output_dir", "read only with the profilers, which are refused"),
     ignore("length_profiler_dir", "read only with report_length_and_rewards, which is refused"),
     refuse("report_length_and_rewards", "no such report in hybrid", accept=(False,)),
-    refuse(
-        "system_envs.*",
-        "hybrid sets no environment variables from its config; export them in the shell",
-        accept=lambda v: not v,
-        accepts="{}",
-    ),
+    system_envs_rule("system_envs.*"),
     refuse("model_download_type", "hybrid loads local folders or Hugging Face hub ids", accept=(None,)),
     refuse("rollout_mock", "no rollout dump/mock in hybrid", accept=(None,)),
     refuse("rollout_mock.*", "no rollout dump/mock in hybrid"),

@@ -123,6 +123,26 @@ def strategy_config_rule(role: str) -> Rule:
     )
 
 
+def _system_envs(value: Any, ctx: Context) -> dict[str, Any]:
+    name = ctx.key.split("system_envs", 1)[1].lstrip(".")
+    if not name:
+        return {}  # system_envs: {} (or null)
+    return {f"trainer.worker_env_vars.{name}": str(value)}
+
+
+def system_envs_rule(key: str) -> Rule:
+    """ROLL's `system_envs` (the pipeline's and each worker's): environment variables ROLL sets for
+    its workers. hybrid's workers are one fused group, so they all get every one; two sections
+    giving one variable different values are refused."""
+    return custom(
+        key,
+        ("trainer.worker_env_vars.<name>",),
+        _system_envs,
+        "same name, value as a string",
+        "set in the driver and every worker before they start (hybrid's roles share one worker group)",
+    )
+
+
 # vLLM arguments ROLL passes through strategy_config that hybrid has its own key for.
 _ENGINE_KEYS = {
     "gpu_memory_utilization": f"{ROLLOUT}.gpu_memory_utilization",
@@ -361,12 +381,7 @@ def _worker_rules(role: str) -> list[Rule]:
             lambda v, c: not v,
             "negated",
         ),
-        refuse(
-            f"{role}.system_envs.*",
-            "hybrid sets no environment variables from its config; export them in the shell",
-            accept=lambda v: not v,
-            accepts="{}",
-        ),
+        system_envs_rule(f"{role}.system_envs.*"),
         ignore(f"{role}.offload_nccl", "hybrid's weight sync uses no NCCL buffers it could offload"),
         refuse(f"{role}.logits_in_fp32", "hybrid computes log-probs from fp32 logits", accept=(True,)),
         refuse(f"{role}.apply_loss_scale", "hybrid always scales the loss to the global batch", accept=(True,)),

@@ -273,8 +273,6 @@ use_topr_loss: true
 difficulty_mask: true
 importance_sampling: seq
 is_use_additional_prompts: true
-system_envs:
-  USE_MODELSCOPE: '1'
 actor_train:
   strategy_args:
     strategy_name: megatron_train
@@ -309,7 +307,6 @@ ROLL_REFUSED = [
     ("difficulty_mask=true", "difficulty mask"),
     ("importance_sampling=seq", "per token"),
     ("is_use_additional_prompts=true", "dynamic sampling"),
-    ("system_envs.USE_MODELSCOPE=1", "environment variables"),
     ("actor_train.strategy_args.strategy_name=megatron_train", "Megatron"),
     ("actor_infer.model_args.ulysses_size=2", "tensor parallelism only"),
     ("actor_infer.strategy_args.strategy_name=sglang", "in-process vLLM"),

@@ -254,3 +254,20 @@ def test_roll_domain_interleave_probs_is_read_as_one_mapping(tmp_path):
         translate_argv(["--roll-config", str(path), "+actor_train.data_args.domain_interleave_probs.code_sandbox=0.5"])
     problems = [line for line in str(err.value).splitlines() if line.startswith("  - ")]
     assert len(problems) == 1 and "mixes 2 domains by probability" in problems[0]
+
+
+def test_roll_system_envs_reach_the_driver_and_every_worker(tmp_path):
+    from hybrid.config import ConfigError
+    from hybrid.dialects import translate_argv
+    from hybrid.roles import worker_env
+
+    path = tmp_path / "rlvr.yaml"
+    path.write_text(
+        "adv_estimator: grpo\nsystem_envs:\n  USE_MODELSCOPE: '1'\n  NCCL_TIMEOUT: 30\n"
+        "actor_train:\n  system_envs:\n    FOO: bar\nactor_infer:\n  system_envs:\n    FOO: baz\n"
+    )
+    with pytest.raises(ConfigError) as err:  # one fused worker group: one value per variable
+        translate_argv(["--roll-config", str(path)])
+    assert "both set trainer.worker_env_vars.FOO, to different values (bar and baz)" in str(err.value)
+    config = build_config(translate_argv(["--roll-config", str(path), "actor_infer.system_envs.FOO=bar"]))
+    assert worker_env(config) == {"USE_MODELSCOPE": "1", "NCCL_TIMEOUT": "30", "FOO": "bar"}
