@@ -15,6 +15,7 @@ from hybrid.dialects.skyrl_convert import (
     _cispo_bound,
     _clip_ratio_c,
     _colocate_all,
+    _critic_lora,
     _critic_path,
     _dynamic_sampling,
     _entropy,
@@ -61,6 +62,12 @@ TRAINER_RULES = (
     via("data.val_data", "data.val_files", _lists, "list of files"),
     # ---- models
     same("trainer.policy.model.path", f"{ARR}.model.path"),
+    custom(
+        "trainer.critic.model.lora.*",
+        (),
+        _critic_lora,
+        "accepted with rank 0 (SkyRL's default: no LoRA); any other rank refused",
+    ),
     same("trainer.policy.model.lora.rank", f"{ARR}.model.lora_rank"),
     same("trainer.policy.model.lora.alpha", f"{ARR}.model.lora_alpha"),
     same("trainer.policy.model.lora.target_modules", f"{ARR}.model.target_modules"),

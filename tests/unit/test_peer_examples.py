@@ -120,12 +120,14 @@ def test_skyrl_loss_estimator_and_packing_values():
         assert _skyrl(f"trainer.algorithm.advantage_estimator={name}").algorithm.adv_estimator == name
     assert _skyrl("trainer.remove_microbatch_padding=false").actor_rollout_ref.model.use_remove_padding is False
     assert _skyrl("trainer.use_sample_packing=false").actor_rollout_ref.model.use_remove_padding is False
+    assert _skyrl("trainer.critic.model.lora.rank=0", "trainer.critic.model.lora.alpha=16").critic.enable is not True
 
 
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
         (["trainer.num_dummy_steps=5"], "full-context example trainer"),
+        (["trainer.critic.model.lora.rank=8", "trainer.critic.model.lora.alpha=16"], "no critic LoRA"),
         (["trainer.algorithm.policy_loss_type=rollout_is"], "clamps instead of zeroing"),
         (["trainer.algorithm.policy_loss_type=cross_entropy"], "hybrid.sft_trainer"),
         (["trainer.use_sample_packing=true", "trainer.remove_microbatch_padding=false"], "give one of them"),
