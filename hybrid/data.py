@@ -96,6 +96,15 @@ def _read_json(path: str) -> list[dict]:
     return rows
 
 
+def reward_model_from_spec(row: dict) -> dict:
+    """A SkyRL dataset row (its `reward_spec` dict, no verl `reward_model`) gets `reward_model` =
+    `reward_spec`, so SkyRL's data loads as it is for single-turn scoring too (environments
+    read `reward_spec` either way)."""
+    if row.get("reward_model") is None and isinstance(row.get("reward_spec"), dict):
+        row["reward_model"] = row["reward_spec"]
+    return row
+
+
 # ---- prompts to token ids ---------------------------------------------------------------
 
 
@@ -220,6 +229,7 @@ class RLHFDataset(Dataset):
         for path in self.data_files:
             rows = read_rows(path)
             for i, row in enumerate(rows):
+                reward_model_from_spec(row)
                 if self.prompt_key not in row:
                     raise DataError(
                         f"data file {path} row {i}: no column {self.prompt_key!r} (data.prompt_key); "

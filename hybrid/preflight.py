@@ -299,9 +299,11 @@ def _check_rows(path: str, data) -> tuple[int, Counter]:
     """Rows of one data file and its data_source counts; ValueError names what is wrong."""
     prompt_key, source_key = data.prompt_key, data.reward_fn_key
     media = {data.image_key: "data.image_key", data.video_key: "data.video_key"}
-    rows, names, values = _read(path, [prompt_key, source_key, "reward_model", *media])
+    rows, names, values = _read(path, [prompt_key, source_key, "reward_model", "reward_spec", *media])
     if rows == 0:
         raise ValueError(f"data file {path} has no rows")
+    if "reward_model" not in names and "reward_spec" in names:  # SkyRL's column (hybrid.data.reward_model_from_spec)
+        names, values["reward_model"] = [*names, "reward_model"], values["reward_spec"]
     for column, key in media.items():
         used = _first_bad(values.get(column, []), lambda v: v is not _MISSING and v is not None and v != [])
         if used:
@@ -322,7 +324,8 @@ def _check_rows(path: str, data) -> tuple[int, Counter]:
             )
     if "reward_model" not in names:
         raise ValueError(
-            f"data file {path} has no column 'reward_model' (a dict with 'ground_truth' per row); columns: {names}"
+            f"data file {path} has no column 'reward_model' (a dict with 'ground_truth' per row; SkyRL's "
+            f"reward_spec is read as it); columns: {names}"
         )
     bad = _first_bad(values["reward_model"], lambda v: not isinstance(v, dict) or "ground_truth" not in v)
     if bad:

@@ -292,7 +292,8 @@ DIALECT = Dialect(
         "regular (hybrid: the dual-clip vanilla loss), lr to 1e-6 (hybrid: 2e-5), n_samples_per_prompt "
         "to 5 (hybrid: 4), and hybrid stops after trainer.total_training_steps=15 unless "
         "trainer.epochs is given.",
-        "Data files use verl's columns (prompt, data_source, reward_model.ground_truth, extra_info). "
+        "Data files use verl's columns (prompt, data_source, reward_model.ground_truth, extra_info) or SkyRL's "
+        "(reward_spec instead of reward_model, read as it; env_class). "
         "Single-turn, the scorer is picked by each row's data_source. In episodes (generator.max_turns > 1, "
         "or environment.env_class naming an environment) the environment is environment.env_class, else "
         "the row's env_class column (SkyRL's datasets), and it reads the row's columns (reward_spec, or "

@@ -57,7 +57,8 @@ TRAINER_RULES = (
         _lists,
         "list of files",
         "parquet (or JSON-lines) files in verl's columns: prompt, data_source, reward_model.ground_truth; "
-        "single-turn scorers read reward_model, environments reward_spec (or reward_model)",
+        "single-turn scorers read reward_model (SkyRL's reward_spec when a row has none), environments "
+        "reward_spec (or reward_model)",
     ),
     via("data.val_data", "data.val_files", _lists, "list of files"),
     # ---- models

@@ -273,3 +273,26 @@ def test_roll_system_envs_reach_the_driver_and_every_worker(tmp_path):
     assert "both set trainer.worker_env_vars.FOO, to different values (bar and baz)" in str(err.value)
     config = build_config(translate_argv(["--roll-config", str(path), "actor_infer.system_envs.FOO=bar"]))
     assert worker_env(config) == {"USE_MODELSCOPE": "1", "NCCL_TIMEOUT": "30", "FOO": "bar"}
+
+
+def test_skyrl_dataset_rows_load_as_they_are(tmp_path, monkeypatch):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from hybrid.data import reward_model_from_spec
+
+    # the columns of SkyRL's gsm8k_dataset.py: reward_spec instead of verl's reward_model, env_class
+    row = {
+        "data_source": "openai/gsm8k",
+        "prompt": [{"role": "user", "content": "1 + 1?"}],
+        "env_class": "gsm8k",
+        "reward_spec": {"method": "rule", "ground_truth": "2"},
+        "extra_info": {"split": "train", "index": 0},
+    }
+    path = tmp_path / "train.parquet"
+    pq.write_table(pa.Table.from_pylist([row] * 16), path)
+    monkeypatch.chdir(tmp_path)
+    check_inputs(build_config([f"data.train_files=[{path}]", f"data.val_files=[{path}]", "data.train_batch_size=8"]))
+    assert reward_model_from_spec(dict(row))["reward_model"] == {"method": "rule", "ground_truth": "2"}
+    verl_row = {**row, "reward_model": {"ground_truth": "3"}}
+    assert reward_model_from_spec(verl_row)["reward_model"] == {"ground_truth": "3"}  # verl's column wins
