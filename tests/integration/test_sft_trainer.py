@@ -68,9 +68,9 @@ def test_training_lowers_the_loss_saves_and_resumes(tiny_model_dir, sft_files, t
     from hybrid.sft_trainer import run_sft
 
     out = tmp_path / "run"
-    common = ["optim.lr=2e-3", "optim.lr_warmup_steps_ratio=0", "use_remove_padding=true"]
+    common = ["optim.lr=2e-3", "optim.lr_warmup_steps_ratio=0", "use_remove_padding=true", "data.train_batch_size=8"]
     common += ["trainer.save_freq=4", "trainer.test_freq=4", f"trainer.default_local_dir={out}"]
-    first = run_sft(_config(tiny_model_dir, sft_files, "trainer.total_epochs=2", *common))
+    first = run_sft(_config(tiny_model_dir, sft_files, "trainer.total_epochs=1", *common))
     assert first["steps"] == 8
     assert first["last_loss"] < first["first_loss"] - 0.5
     (s4, v4), (s8, v8) = first["val_loss"]
@@ -78,10 +78,10 @@ def test_training_lowers_the_loss_saves_and_resumes(tiny_model_dir, sft_files, t
     listing = ["global_step_4", "global_step_8", "latest_checkpointed_iteration.txt", "metrics.jsonl"]
     assert sorted(os.listdir(out)) == listing
     assert os.path.isfile(out / "global_step_8" / "actor" / "huggingface" / "model.safetensors")
-    second = run_sft(_config(tiny_model_dir, sft_files, "trainer.total_epochs=3", *common))
-    assert second["steps"] == 12
+    second = run_sft(_config(tiny_model_dir, sft_files, "trainer.total_training_steps=10", *common))
+    assert second["steps"] == 10
     steps = [json.loads(line)["step"] for line in open(out / "metrics.jsonl")]
-    assert steps == list(range(1, 13))  # the second run continued at step 9
+    assert steps == list(range(1, 11))  # the second run continued at step 9
     assert second["first_loss"] < first["first_loss"] - 0.5
 
 
