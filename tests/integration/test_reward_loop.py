@@ -164,3 +164,29 @@ def test_a_judge_time_out_ends_only_its_trajectory(ray_session, tiny_model_dir, 
     metrics = result["reward_metrics"]
     assert (metrics["reward_loop/judge_timeout"], metrics["reward_loop/judge_unparsable"]) == (2.0, 4.0)
     assert time.perf_counter() - start < 4  # the slow verdicts were not waited for
+
+
+def test_agent_loops_score_each_trajectory_as_it_finishes(ray_session, tiny_model_dir, tokenizer):
+    from hybrid.reward_loop import SCORED, RewardLoop
+    from reward.loader import load_reward_manager
+    from tests.integration.engine_helpers import chat_batch, engine_config, sharp_engine
+
+    engine = sharp_engine(tiny_model_dir, tokenizer, "actor_rollout_ref.rollout.mode=async", n=2)
+    cfg = engine_config(tiny_model_dir, "reward_model.use_reward_loop=true", "reward_model.num_workers=2")
+    loop = RewardLoop(cfg)
+    try:
+        engine.agents.set_reward_loop(*loop.rollout_settings())
+        chats = [[{"role": "user", "content": q}] for q in ("What is 60 + 8?", "What is 2 + 3?")]
+        batch = chat_batch(tokenizer, chats, data_source=["arithmetic"] * 2)
+        output = engine.generate_sequences(batch)
+        scored = list(output.non_tensor_batch[SCORED])
+        assert len(scored) == 4 and all(r["scored_after_s"] >= 0 for r in scored)
+        batch.pop(batch_keys=["input_ids", "attention_mask", "position_ids"])  # as the trainer does
+        full = batch.repeat(repeat_times=2, interleave=True).union(output)
+        result = loop.score(full, use_reward_fn=True, env_rewards=None)
+    finally:
+        loop.close()
+    # The same scores as the reward manager on the whole batch after generation.
+    after_batch = load_reward_manager(cfg, tokenizer, num_examine=0)(full)
+    assert torch.equal(result["reward_tensor"], after_batch)
+    assert result["reward_metrics"]["reward_loop/scored_in_rollout_fraction"] == 1.0
