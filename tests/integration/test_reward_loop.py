@@ -18,7 +18,7 @@ from tests.integration.engine_helpers import engine_config, synthetic_rollout
 
 pytestmark = pytest.mark.integration
 
-LOOP = ("reward_model.enable=true", "reward_model.use_reward_loop=true", "reward_model.num_workers=2")
+LOOP = ("reward_model.enable=true", "reward_model.use_reward_loop=true", "reward_model.num_workers=1")
 
 
 @pytest.fixture(scope="module")
@@ -163,7 +163,7 @@ def test_a_judge_time_out_ends_only_its_trajectory(ray_session, tiny_model_dir, 
     assert result["rm_scores"].sum(-1).tolist() == [1.0, 1.0, -0.5, -0.5, -0.5, -0.5, -0.5, -0.5]
     metrics = result["reward_metrics"]
     assert (metrics["reward_loop/judge_timeout"], metrics["reward_loop/judge_unparsable"]) == (2.0, 4.0)
-    assert time.perf_counter() - start < 4  # the slow verdicts were not waited for
+    assert time.perf_counter() - start < 5  # the 5 s verdicts were not waited for
 
 
 def test_agent_loops_score_each_trajectory_as_it_finishes(ray_session, tiny_model_dir, tokenizer):
