@@ -167,9 +167,10 @@ class RewardLoop:
                 extra["judge_status"] = statuses
                 for status in STATUSES:
                     metrics[f"reward_loop/judge_{status}"] = float(sum(s == status for s in statuses))
-                if use_reward_fn:
-                    # How often the judge's verdict rounds to the reward function's score (0/1 tasks).
-                    agree = [abs(float(r["rm_score"]) - float(r["score"])) < 0.5 for r in results]
+                usable = [r for r in results if r["judge_status"] == "ok"]
+                if use_reward_fn and usable:
+                    # Of the usable verdicts, how many round to the reward function's score (0/1 tasks).
+                    agree = [abs(float(r["rm_score"]) - float(r["score"])) < 0.5 for r in usable]
                     metrics["reward_loop/judge_agrees_with_reward_fn"] = float(np.mean(agree))
             else:
                 metrics["reward_loop/rm_truncated"] = float(sum(bool(r.get("truncated")) for r in results))

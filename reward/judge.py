@@ -3,8 +3,9 @@ with a trajectory's prompt, response and reference answer; `parse_verdict` reads
 back from the text the judge wrote.
 
 The rules for a verdict (reward_model.judge):
-- the score is the first group of `verdict_pattern` (a regular expression); every match in
-  the verdict is read, and when they disagree the verdict is ambiguous (a judge that writes
+- the score is the first group of `verdict_pattern` (a regular expression): a number, or with
+  `verdict_labels` a word looked up there (any case: {"yes": 1, "no": 0}); every match in the
+  verdict is read, and when they disagree the verdict is ambiguous (a judge that writes
   "Score: 0 ... Score: 1" has not decided, and taking either would reward the trick);
 - a value that is not a finite number, or lies outside [min_score, max_score], is invalid;
 - an unparsable, ambiguous or invalid verdict scores `invalid_score` and says why
@@ -63,12 +64,26 @@ def compile_pattern(pattern: str) -> re.Pattern:
     return compiled
 
 
-def parse_verdict(text: str, pattern: re.Pattern, min_score: float, max_score: float, invalid_score: float) -> Verdict:
+def parse_verdict(
+    text: str,
+    pattern: re.Pattern,
+    min_score: float,
+    max_score: float,
+    invalid_score: float,
+    labels: dict[str, float] | None = None,
+) -> Verdict:
     """The score a verdict gives, or `invalid_score` with the reason it is not usable."""
+    lookup = {str(k).lower(): float(v) for k, v in labels.items()} if labels else None
     values = []
     for match in pattern.finditer(text):
+        found = match.group(1)
+        if lookup is not None:
+            if found is None or found.lower() not in lookup:
+                return Verdict(invalid_score, UNPARSABLE, text)
+            values.append(lookup[found.lower()])
+            continue
         try:
-            values.append(float(match.group(1)))
+            values.append(float(found))
         except (TypeError, ValueError):
             return Verdict(invalid_score, UNPARSABLE, text)
     if not values:

@@ -160,7 +160,8 @@ class RewardLoopWorker:
             return Verdict(judge.invalid_score, TIMEOUT)
         except Exception as error:  # one judge call's failure ends only this verdict; counted and shown
             return Verdict(judge.invalid_score, ERROR, f"{type(error).__name__}: {error}")
-        return parse_verdict(text, self.pattern, judge.min_score, judge.max_score, judge.invalid_score)
+        labels = dict(judge.verdict_labels) if judge.verdict_labels else None
+        return parse_verdict(text, self.pattern, judge.min_score, judge.max_score, judge.invalid_score, labels)
 
     def _ask_server(self, messages: list[dict]) -> str:
         """One chat completion from judge.base_url (an OpenAI-compatible server)."""

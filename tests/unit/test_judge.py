@@ -10,8 +10,8 @@ from reward.judge import AMBIGUOUS, OK, OUT_OF_RANGE, UNPARSABLE, compile_patter
 DEFAULT = r"(?i)score\s*[:=]\s*\**\s*(-?\d+(?:\.\d+)?)"
 
 
-def verdict(text, pattern=DEFAULT, low=0.0, high=1.0, invalid=-1.0):
-    return parse_verdict(text, compile_pattern(pattern), low, high, invalid)
+def verdict(text, pattern=DEFAULT, low=0.0, high=1.0, invalid=-1.0, labels=None):
+    return parse_verdict(text, compile_pattern(pattern), low, high, invalid, labels)
 
 
 @pytest.mark.parametrize(
@@ -64,3 +64,12 @@ def test_render_fills_placeholders_once_and_leaves_other_braces():
     out = render(template, "2+3?", "It is {ground_truth}", 5)
     assert out == 'Q: 2+3?\nA: It is {ground_truth}\nRef: 5\nJSON: {"score": 1}'
     assert render("{ground_truth}", "p", "r", None) == ""
+
+
+def test_labels_turn_words_into_scores():
+    pattern = r"(?i)\b(yes|no)\b"
+    labels = {"yes": 1, "No": 0}
+    assert verdict("Yes, it is right.", pattern, labels=labels).score == 1.0
+    assert verdict("no.", pattern, labels=labels).score == 0.0
+    assert verdict("Yes... well, no.", pattern, labels=labels).status == AMBIGUOUS
+    assert verdict("Maybe.", pattern, labels=labels).status == UNPARSABLE

@@ -115,6 +115,7 @@ class RewardJudgeConfig:
     prompt_template: str
     system_prompt: str | None
     verdict_pattern: str
+    verdict_labels: dict[str, float] | None  # words the pattern captures -> scores ({yes: 1, no: 0})
     min_score: float
     max_score: float
     invalid_score: float
