@@ -44,10 +44,14 @@ def draw_wait(question: str, seed: int, mean: float, sigma: float) -> float:
 
 
 class LatencyJudge:
-    """The server on 127.0.0.1 (a free port); `url` is its base URL; `stats()` its log."""
+    """The server on 127.0.0.1 (a free port); `url` is its base URL; `stats()` its log. `wait`
+    and `verdict` (question -> seconds, question -> text) replace the drawn wait and the exact
+    scorer's verdict (a test's slow or odd judge)."""
 
-    def __init__(self, mean_s: float, sigma: float, concurrency: int, seed: int = 0):
+    def __init__(self, mean_s: float, sigma: float, concurrency: int, seed: int = 0, wait=None, verdict=None):
         self.mean_s, self.sigma, self.seed = float(mean_s), float(sigma), int(seed)
+        self.wait = wait or (lambda question: draw_wait(question, self.seed, self.mean_s, self.sigma))
+        self.verdict = verdict or verdict_for
         self.slots = threading.Semaphore(max(int(concurrency), 1))
         self.lock = threading.Lock()
         self.served: list[tuple[float, float, float]] = []  # (arrived, started, ended)
@@ -60,8 +64,8 @@ class LatencyJudge:
                 question = body["messages"][-1]["content"]
                 with judge.slots:
                     started = time.perf_counter()
-                    time.sleep(draw_wait(question, judge.seed, judge.mean_s, judge.sigma))
-                    text = verdict_for(question)
+                    time.sleep(judge.wait(question))
+                    text = judge.verdict(question)
                 with judge.lock:
                     judge.served.append((arrived, started, time.perf_counter()))
                 reply = json.dumps({"choices": [{"message": {"role": "assistant", "content": text}}]}).encode()

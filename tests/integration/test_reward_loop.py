@@ -5,16 +5,13 @@ times out ends only its own trajectory's verdict."""
 
 from __future__ import annotations
 
-import http.server
-import json
-import threading
 import time
 
 import numpy as np
 import pytest
 import torch
 
-from tests.integration.engine_helpers import engine_config, synthetic_rollout
+from tests.integration.engine_helpers import classifier_dir, engine_config, synthetic_rollout
 
 pytestmark = pytest.mark.integration
 
@@ -40,32 +37,13 @@ def _scored_rollout(tokenizer, answers=("5", "red", "12345", "Paris")):
     return batch
 
 
-def _classifier_dir(out_dir, tokenizer) -> str:
-    from transformers import AutoModelForSequenceClassification, LlamaConfig
-
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        num_labels=1,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    torch.manual_seed(3)
-    AutoModelForSequenceClassification.from_config(config).save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
-    return str(out_dir)
-
-
 def test_engine_served_classifier_scores_as_the_fsdp_forward(ray_session, tiny_model_dir, tokenizer, tmp_path):
     from hybrid.controller.local_worker_group import LocalWorkerGroup
     from hybrid.reward_loop import RewardLoop
     from reward.loader import load_reward_manager
     from workers.reward_model_worker import RewardModelWorker
 
-    rm_dir = _classifier_dir(tmp_path / "rm", tokenizer)
+    rm_dir = classifier_dir(tmp_path / "rm", tokenizer)
     common = (f"reward_model.model.path={rm_dir}", "actor_rollout_ref.actor.fsdp_config.mixed_precision=fp32")
     loop_cfg = engine_config(
         tiny_model_dir,
@@ -117,35 +95,22 @@ def test_engine_served_judge_writes_the_greedy_continuation(ray_session, tiny_mo
     assert text == tokenizer.decode(greedy[0, ids.shape[1] :], skip_special_tokens=True)
 
 
-class _SlowJudge(http.server.BaseHTTPRequestHandler):
-    """An OpenAI-compatible judge server that takes 5 s over answers containing "12345"."""
-
-    def do_POST(self):  # noqa: N802 (http.server's name)
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        question = body["messages"][-1]["content"]
-        if "12345" in question:
-            time.sleep(5)
-        verdict = "Score: 1" if "Reference answer: 5\n" in question else "no verdict here"
-        reply = json.dumps({"choices": [{"message": {"role": "assistant", "content": verdict}}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(reply)))
-        self.end_headers()
-        self.wfile.write(reply)
-
-    def log_message(self, *args):
-        pass
-
-
 def test_a_judge_time_out_ends_only_its_trajectory(ray_session, tiny_model_dir, tokenizer):
     from hybrid.reward_loop import RewardLoop
+    from scripts.latency_judge import LatencyJudge
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _SlowJudge)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    # An OpenAI-compatible judge server that takes 5 s over answers containing "12345".
+    server = LatencyJudge(
+        0.0,
+        0.0,
+        concurrency=8,
+        wait=lambda question: 5.0 if "12345" in question else 0.0,
+        verdict=lambda question: "Score: 1" if "Reference answer: 5\n" in question else "no verdict here",
+    )
     cfg = engine_config(
         tiny_model_dir,
         *LOOP,
-        f"reward_model.judge.base_url=http://127.0.0.1:{server.server_port}/v1",
+        f"reward_model.judge.base_url={server.url}",
         "reward_model.judge.timeout_s=1",
         "reward_model.judge.invalid_score=-0.5",
         "reward_model.combine=rm_only",
@@ -156,7 +121,7 @@ def test_a_judge_time_out_ends_only_its_trajectory(ray_session, tiny_model_dir, 
         result = loop.score(_scored_rollout(tokenizer), use_reward_fn=True, env_rewards=None)
     finally:
         loop.close()
-        server.shutdown()
+        server.close()
     # Rows 4, 5 (ground truth 12345) time out; rows 0, 1 get "Score: 1"; the rest no verdict.
     statuses = result["reward_extra_info"]["judge_status"]
     assert statuses == ["ok", "ok", "unparsable", "unparsable", "timeout", "timeout", "unparsable", "unparsable"]

@@ -8,31 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from tests.integration.engine_helpers import PROMPTS, engine_config, synthetic_rollout
+from tests.integration.engine_helpers import PROMPTS, classifier_dir, engine_config, synthetic_rollout
 
 pytestmark = pytest.mark.integration
-
-
-def _rm_dir(out_dir, tokenizer, chat_template: str | None = None) -> str:
-    from transformers import AutoModelForSequenceClassification, LlamaConfig
-
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        num_labels=1,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    torch.manual_seed(3)
-    AutoModelForSequenceClassification.from_config(config).save_pretrained(out_dir)
-    if chat_template is not None:
-        tokenizer = type(tokenizer).from_pretrained(tokenizer.name_or_path)
-        tokenizer.chat_template = chat_template
-    tokenizer.save_pretrained(out_dir)
-    return str(out_dir)
 
 
 def _scores(cfg):
@@ -53,7 +31,7 @@ def _direct(rm_dir, input_ids, attention_mask):
 
 
 def test_scores_match_a_direct_forward_on_the_last_response_token(tiny_model_dir, tokenizer, tmp_path):
-    rm_dir = _rm_dir(tmp_path / "rm", tokenizer)
+    rm_dir = classifier_dir(tmp_path / "rm", tokenizer)
     cfg = engine_config(
         tiny_model_dir,
         "reward_model.enable=true",
@@ -78,7 +56,7 @@ def test_scores_match_a_direct_forward_on_the_last_response_token(tiny_model_dir
 
 def test_a_different_chat_template_is_re_templated(tiny_model_dir, tokenizer, tmp_path):
     template = "{% for m in messages %}<|im_start|>{{ m['role'] | upper }}: {{ m['content'] }}<|im_end|>\n{% endfor %}"
-    rm_dir = _rm_dir(tmp_path / "rm_templated", tokenizer, chat_template=template)
+    rm_dir = classifier_dir(tmp_path / "rm_templated", tokenizer, chat_template=template)
     cfg = engine_config(
         tiny_model_dir,
         "reward_model.enable=true",

@@ -248,7 +248,7 @@ class AgentRollout:
         else:
             output = self._single_turn_output(prompts, trajectories, n)
         output.non_tensor_batch.update(fields)
-        if self.reward_loop:
+        if any(t.reward_loop is not None for t in trajectories):
             scored = np.empty(len(trajectories), dtype=object)
             scored[:] = [t.reward_loop for t in trajectories]
             output.non_tensor_batch["reward_loop"] = scored
@@ -351,7 +351,8 @@ class AgentRollout:
                     trajectory.latency_s = time.perf_counter() - start
                     tracker.leave()
                     self.activity.change(trajectories=-1)
-            if self.reward_loop:
+            # Validation is judged by the validation reward function on the driver: no reward-loop calls.
+            if self.reward_loop and not call.prompts.meta_info.get("validate", False):
                 await self._score(trajectory, call)
 
         await asyncio.gather(*(one(t, name) for t, name in work))
