@@ -15,14 +15,16 @@ warm-up steps (SkyRL counts optimizer steps, hybrid training steps), the weight-
 bucket (GB -> MB), KL estimator and loss-reduction names, and SkyRL's plain PPO clip
 (`policy_loss_type=regular`), which is hybrid's dual-clip loss with a bound that never binds.
 The multi-turn keys (generator.max_turns, the token budgets, environment.*) are in
-skyrl_multi_turn.py, the `data.*` and `trainer.*` rules in skyrl_trainer.py and the converters
-the rules call in skyrl_convert.py.
+skyrl_multi_turn.py, the `data.*` and `trainer.*` rules in skyrl_trainer.py, the
+`trainer.algorithm.*` rules in skyrl_algorithm.py and the converters the rules call in
+skyrl_convert.py.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from hybrid.dialects.skyrl_algorithm import ALGORITHM_RULES
 from hybrid.dialects.skyrl_convert import (
     IN_PROCESS,
     ROLLOUT,
@@ -103,6 +105,7 @@ ALIASES: dict[str, str] = {
 
 RULES = (
     *TRAINER_RULES,
+    *ALGORITHM_RULES,
     # ---- generator
     same("generator.n_samples_per_prompt", f"{ROLLOUT}.n"),
     *GENERATOR_RULES,
