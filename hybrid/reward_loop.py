@@ -102,14 +102,6 @@ class RewardLoop:
         """Start scoring `samples` (round robin over the workers); the results' object refs."""
         return [self.workers[next(self._next)].score.remote(s, use_reward_fn) for s in samples]
 
-    def wake_up(self) -> None:
-        if self.engine is not None:
-            ray.get(self.engine.wake_up.remote())
-
-    def sleep(self) -> None:
-        if self.engine is not None:
-            ray.get(self.engine.sleep.remote())
-
     def close(self) -> None:
         for actor in self.workers + ([self.engine] if self.engine is not None else []):
             ray.kill(actor)

@@ -9,8 +9,8 @@ A causal LM is served as a judge: `judge` writes a verdict for one conversation.
 Both take one trajectory per call and many calls at once (an async actor): classification
 requests that arrive while a batch is being scored wait and go together in the next one;
 verdicts go through `AsyncEngineDriver`, whose engine batches every request in flight.
-`free_cache_engine` sleeps the engine between scoring phases where vLLM can (GPUs); on CPU
-the engine stays loaded.
+The engine stays loaded for the whole run (CPU only in this version: vLLM has no sleep mode
+there, so verl's `reward_model.rollout.free_cache_engine` has no effect; hybrid/config/foreign_keys.py).
 """
 
 from __future__ import annotations
@@ -72,7 +72,6 @@ def engine_kwargs(config: RewardModelConfig, kind: str) -> dict:
         enable_prefix_caching=bool(rollout.enable_prefix_caching),
         disable_log_stats=bool(rollout.disable_log_stats),
         tensor_parallel_size=int(rollout.tensor_model_parallel_size),
-        enable_sleep_mode=bool(rollout.free_cache_engine) and is_cuda_available(),
         runner="pooling" if kind == DISCRIMINATIVE else "generate",
     )
     if is_cuda_available():
@@ -99,7 +98,6 @@ class RewardEngine:
         self.max_model_len = engine_context(config)
         with stderr_to_engine_log(log_path):
             self.llm = LLM(**engine_kwargs(config, self.kind))
-        self.sleeping = False
         self._pending: list[tuple[list[int], asyncio.Future]] = []
         self._flushing = False
         self._driver = None
@@ -179,21 +177,3 @@ class RewardEngine:
         )
         turn = await self._driver.generate(ids, params)
         return self.tokenizer.decode(turn.token_ids, skip_special_tokens=True)
-
-    # ------------------------------------------------------------------ memory
-    def sleep(self) -> None:
-        """Free the engine's memory between scoring phases (GPUs with free_cache_engine)."""
-        if self.sleeping or not (self.config.rollout.free_cache_engine and is_cuda_available()):
-            return
-        if self._driver is not None:
-            with self._driver.pause():
-                self.llm.sleep(level=1)
-        else:
-            self.llm.sleep(level=1)
-        self.sleeping = True
-
-    def wake_up(self) -> None:
-        if not self.sleeping:
-            return
-        self.llm.wake_up()
-        self.sleeping = False

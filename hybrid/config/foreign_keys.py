@@ -1,7 +1,7 @@
 """verl keys that hybrid's yaml does not spell the same way: keys verl moved (read under
 hybrid's name), keys a verl script sets for hardware this trainer does not drive (Ascend NPU
-profiler options, the transport of verl's checkpoint engine: accepted, and reported at start in
-one line as having no effect here), and `actor_rollout_ref.model.torch_dtype`.
+profiler options, the transport of verl's checkpoint engine, the reward engine's GPU sleep:
+accepted, and reported at start in one line as having no effect here), and `actor_rollout_ref.model.torch_dtype`.
 
 `rewrite_overrides` runs on the command line's overrides before the key check
 (hybrid/config/loading.py), so none of these keys needs a place in ppo_trainer.yaml and
@@ -30,8 +30,13 @@ _TRANSPORT = (
     "verl's transport from trainer to engines (naive, nccl, nixl, hccl); hybrid's engine reads the "
     "trainer's weights in memory (fused worker) or from Ray's object store (asynchronous training)"
 )
+_REWARD_ENGINE_SLEEP = (
+    "verl sleeps a GPU-served reward engine between scoring phases; hybrid's reward engine runs on "
+    "CPU cores only in this version (a GPU-served reward model is refused at start), where vLLM has no sleep mode"
+)
 # (key pattern, why it changes nothing here)
 NO_EFFECT = (
+    (re.compile(r"^reward_model\.rollout\.free_cache_engine$"), _REWARD_ENGINE_SLEEP),
     (
         re.compile(
             r"^(actor_rollout_ref\.(actor|ref|rollout)|critic|reward_model)\.profiler\.tool_config\.npu(\..+)?$"

@@ -97,3 +97,15 @@ def test_a_key_and_its_rewrite_disagreeing_or_a_dtype_hybrid_lacks_is_refused_in
     with pytest.raises(ConfigError) as err:
         build_config(overrides)
     assert len(str(err.value).splitlines()) == 1 and message in str(err.value)
+
+
+def test_the_reward_engines_sleep_switch_is_named_as_having_no_effect(capsys):
+    # verl's reward_model.rollout.free_cache_engine sleeps a GPU-served reward engine; hybrid's
+    # reward engine runs on CPU cores only (GPU-served reward models are refused at start).
+    argv = prepare_command_line(["reward_model.rollout.free_cache_engine=True", "reward_model.num_workers=2"])
+    assert argv == ["reward_model.num_workers=2"]
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("hybrid: accepted with no effect on this hardware: reward_model.rollout.free_cache_engine: ")
+    assert "no sleep mode" in line
+    rollout = build_config(["reward_model.rollout.free_cache_engine=false"]).reward_model.rollout
+    assert not hasattr(rollout, "free_cache_engine")

@@ -72,7 +72,6 @@ class RewardRolloutConfig:
     cudagraph_capture_sizes: Annotated[
         tuple[int, ...] | None, Fixed((None,), "the reward engine runs eager or with vLLM's own capture sizes")
     ]
-    free_cache_engine: bool
     data_parallel_size: Annotated[int, Fixed((1,), "one engine per reward-engine replica (no vLLM data parallel)")]
     expert_parallel_size: Annotated[int, Fixed((1,), "hybrid's reward engine has no expert parallelism")]
     tensor_model_parallel_size: PositiveInt
