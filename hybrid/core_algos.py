@@ -157,6 +157,29 @@ def _groups(index: np.ndarray, bsz: int) -> dict[Any, list[int]]:
     return groups
 
 
+def _group_relative(
+    scores: torch.Tensor,
+    index: np.ndarray,
+    per_group: Callable[[list[int]], torch.Tensor],
+    singleton: Callable[[list[int]], torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """Each row's new score: `per_group(rows)` for the rows of a group of two or more,
+    `singleton(rows)` for a group of one (by default it keeps its score)."""
+    out = scores.clone()
+    with torch.no_grad():
+        for rows in _groups(index, scores.shape[0]).values():
+            shaped = per_group if len(rows) > 1 else singleton
+            if shaped is not None:
+                out[rows] = shaped(rows)
+    return out
+
+
+def _outcome(per_row: torch.Tensor, response_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One value per row broadcast over its response tokens: (advantages, returns)."""
+    adv = per_row.unsqueeze(-1) * response_mask
+    return adv, adv
+
+
 # ----------------------------------------------------------------------------- estimators
 
 
@@ -209,14 +232,13 @@ def compute_grpo_outcome_advantage(
     mean subtracted when ``norm_adv_by_std_in_grpo`` is False (Dr. GRPO). A group of one
     gets mean 0 and std 1, as verl. Broadcast over the response tokens."""
     scores = token_level_rewards.sum(dim=-1)
-    out = torch.empty_like(scores)
-    with torch.no_grad():
-        for rows in _groups(index, scores.shape[0]).values():
-            group = scores[rows]
-            mean, std = (group.mean(), group.std()) if len(rows) > 1 else (0.0, 1.0)
-            out[rows] = (group - mean) / (std + epsilon) if norm_adv_by_std_in_grpo else group - mean
-        adv = out.unsqueeze(-1) * response_mask
-    return adv, adv
+
+    def normalised(rows: list[int], mean=None, std=None) -> torch.Tensor:
+        group = scores[rows]
+        mean, std = (group.mean(), group.std()) if mean is None else (mean, std)
+        return (group - mean) / (std + epsilon) if norm_adv_by_std_in_grpo else group - mean
+
+    return _outcome(_group_relative(scores, index, normalised, lambda rows: normalised(rows, 0.0, 1.0)), response_mask)
 
 
 @register_adv_est(AdvantageEstimator.RLOO)
@@ -231,15 +253,11 @@ def compute_rloo_outcome_advantage(
     """RLOO (https://arxiv.org/abs/2402.14740): score minus the mean of the *other* responses
     of the group, ``n/(n-1) (score - group mean)``. A group of one keeps its raw score, as verl."""
     scores = token_level_rewards.sum(dim=-1)
-    out = scores.clone()
-    with torch.no_grad():
-        for rows in _groups(index, scores.shape[0]).values():
-            n = len(rows)
-            if n > 1:
-                group = scores[rows]
-                out[rows] = (group - group.mean()) * n / (n - 1)
-        adv = out.unsqueeze(-1) * response_mask
-    return adv, adv
+
+    def leave_one_out(rows: list[int]) -> torch.Tensor:
+        return (scores[rows] - scores[rows].mean()) * len(rows) / (len(rows) - 1)
+
+    return _outcome(_group_relative(scores, index, leave_one_out), response_mask)
 
 
 @register_adv_est(AdvantageEstimator.REINFORCE_PLUS_PLUS)
@@ -279,11 +297,8 @@ def compute_reinforce_plus_plus_baseline_outcome_advantage(
     """REINFORCE++-baseline: score minus the group mean (0 for a group of one), broadcast over
     the response, then whitened over the whole batch's mask."""
     scores = token_level_rewards.sum(dim=-1)
-    out = scores.clone()
+    out = _group_relative(scores, index, lambda rows: scores[rows] - scores[rows].mean())
     with torch.no_grad():
-        for rows in _groups(index, scores.shape[0]).values():
-            if len(rows) > 1:
-                out[rows] = scores[rows] - scores[rows].mean()
         mask = response_mask.to(scores.dtype)
         tiled = out.unsqueeze(-1) * mask
         adv = masked_whiten(tiled, mask) * mask
@@ -320,13 +335,11 @@ def compute_opo_outcome_advantage(
     ``sum(len_j score_j) / sum(len_j)`` (0 for a group of one)."""
     scores = token_level_rewards.sum(dim=-1)
     lengths = response_mask.to(scores.dtype).sum(dim=-1)
-    out = scores.clone()
-    with torch.no_grad():
-        for rows in _groups(index, scores.shape[0]).values():
-            if len(rows) > 1:
-                out[rows] = scores[rows] - (lengths[rows] * scores[rows]).sum() / lengths[rows].sum()
-        adv = out.unsqueeze(-1) * response_mask
-    return adv, adv
+
+    def length_weighted(rows: list[int]) -> torch.Tensor:
+        return scores[rows] - (lengths[rows] * scores[rows]).sum() / lengths[rows].sum()
+
+    return _outcome(_group_relative(scores, index, length_weighted), response_mask)
 
 
 @register_adv_est(AdvantageEstimator.GPG)
@@ -346,15 +359,13 @@ def compute_gpg_outcome_advantage(
     As in verl, ``alpha`` is always recomputed from the batch; the argument is accepted only
     so verl-style calls keep working."""
     scores = token_level_rewards.sum(dim=-1)
-    out = scores.clone()
-    with torch.no_grad():
-        bsz = scores.shape[0]
-        batch_alpha = bsz / max(1, int(torch.count_nonzero(scores).item()))
-        for rows in _groups(index, bsz).values():
-            mean = scores[rows].mean() if len(rows) > 1 else 0.0
-            out[rows] = batch_alpha * (scores[rows] - mean) / f_norm
-        adv = out.unsqueeze(-1) * response_mask
-    return adv, adv
+    batch_alpha = scores.shape[0] / max(1, int(torch.count_nonzero(scores).item()))
+
+    def scaled(rows: list[int], mean=None) -> torch.Tensor:
+        mean = scores[rows].mean() if mean is None else mean
+        return batch_alpha * (scores[rows] - mean) / f_norm
+
+    return _outcome(_group_relative(scores, index, scaled, lambda rows: scaled(rows, 0.0)), response_mask)
 
 
 # SkyRL's estimators (--dialect skyrl, trainer.algorithm.advantage_estimator); verl has neither.
@@ -373,14 +384,12 @@ def compute_maxrl_advantage(
     + epsilon)``, the group-relative reward normalised by the group's mean; a group of one keeps
     its raw score. Broadcast over the response tokens."""
     scores = token_level_rewards.sum(dim=-1)
-    out = scores.clone()
-    with torch.no_grad():
-        for rows in _groups(index, scores.shape[0]).values():
-            if len(rows) > 1:
-                mean = scores[rows].mean()
-                out[rows] = (scores[rows] - mean) / (mean + epsilon)
-        adv = out.unsqueeze(-1) * response_mask
-    return adv, adv
+
+    def mean_normalised(rows: list[int]) -> torch.Tensor:
+        mean = scores[rows].mean()
+        return (scores[rows] - mean) / (mean + epsilon)
+
+    return _outcome(_group_relative(scores, index, mean_normalised), response_mask)
 
 
 @register_adv_est("simple_baseline")
