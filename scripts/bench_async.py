@@ -458,6 +458,26 @@ def git_commit() -> str:
     return done.stdout.strip() or "unknown"
 
 
+def run_setup(bench: str, args, argv: list[str] | None, **more) -> dict:
+    """The `setup` record of a bench's JSON: its arguments, machine, commit and command line."""
+    return {
+        **{k: v for k, v in vars(args).items() if k != "json"},
+        "machine": device_name(),
+        "commit": git_commit(),
+        **more,
+        "command": " ".join([f"python -m scripts.{bench}", *(sys.argv[1:] if argv is None else argv)]),
+    }
+
+
+def write_report(bench: str, doc: dict, json_path: str | None, bench_dir: Path) -> Path:
+    """Write the bench's numbers to --json PATH (default <bench_dir>/<bench>-<time>.json)."""
+    path = Path(json_path) if json_path else bench_dir / f"{bench}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=2))
+    print(f"wrote {path}")
+    return path
+
+
 def print_report(doc: dict, args) -> None:
     setup = doc["setup"]
     print(
@@ -531,23 +551,19 @@ def main(argv=None) -> int:
     workloads = WORKLOADS if args.workload == "both" else (args.workload,)
     rows = [timed_run(workload, mode, args) for workload in workloads for mode in args.modes]
     accuracy = accuracy_runs(args) if args.accuracy else None
-    setup = {
-        **{k: v for k, v in vars(args).items() if k != "json"},
-        "model": model,
-        "machine": device_name(),
-        "commit": git_commit(),
-        "omp_num_threads": os.environ.get("OMP_NUM_THREADS", "unset (main_ppo: all cores)"),
-        "load_start": load_start,
-        "load_end": [round(x, 2) for x in os.getloadavg()],
-        "bench_wall_s": time.perf_counter() - started,
-        "command": " ".join(["python -m scripts.bench_async", *(sys.argv[1:] if argv is None else argv)]),
-    }
+    setup = run_setup(
+        "bench_async",
+        args,
+        argv,
+        model=model,
+        omp_num_threads=os.environ.get("OMP_NUM_THREADS", "unset (main_ppo: all cores)"),
+        load_start=load_start,
+        load_end=[round(x, 2) for x in os.getloadavg()],
+        bench_wall_s=time.perf_counter() - started,
+    )
     doc = summary(rows, accuracy, setup)
     print_report(doc, args)
-    path = Path(args.json) if args.json else BENCH_DIR / f"bench_async-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=2))
-    print(f"wrote {path}")
+    write_report("bench_async", doc, args.json, BENCH_DIR)
     return 0
 
 

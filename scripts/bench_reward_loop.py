@@ -29,23 +29,21 @@ wait). `ratio_step_time` = reward_loop / after_batch step time; goal <= 0.85.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
-from pathlib import Path
 
-from scripts.bench_agent_loop import device_name
 from scripts.bench_async import (
     PROMPTS,
     REPO,
     _cell,
     _mean,
-    git_commit,
     mode_overrides,
     run_overrides,
+    run_setup,
     train,
     workload_overrides,
+    write_report,
 )
 from scripts.latency_judge import LatencyJudge
 
@@ -166,14 +164,7 @@ def main(argv=None) -> int:
         "goal_ratio_step_time": GOAL_RATIO,
         "passed": None if ratio is None else ratio <= GOAL_RATIO,
         "rows": rows,
-        "setup": {
-            **{k: v for k, v in vars(args).items() if k != "json"},
-            "model": model,
-            "machine": device_name(),
-            "commit": git_commit(),
-            "bench_wall_s": time.perf_counter() - started,
-            "command": " ".join(["python -m scripts.bench_reward_loop", *(sys.argv[1:] if argv is None else argv)]),
-        },
+        "setup": run_setup("bench_reward_loop", args, argv, model=model, bench_wall_s=time.perf_counter() - started),
     }
     print(
         f"\nhybrid {doc['setup']['commit']}, {doc['setup']['machine']}, model {model}; workload {args.workload}, "
@@ -183,10 +174,7 @@ def main(argv=None) -> int:
     print("\n".join(table_lines(rows)))
     verdict = {True: "PASS", False: "FAIL", None: "n/a "}[doc["passed"]]
     print(f"  {verdict}  ratio_step_time (reward_loop / after_batch): {_cell(ratio, '.3f')} (goal <= {GOAL_RATIO})")
-    path = Path(args.json) if args.json else BENCH_DIR / f"bench_reward_loop-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=2))
-    print(f"wrote {path}")
+    write_report("bench_reward_loop", doc, args.json, BENCH_DIR)
     return 0
 
 
