@@ -75,7 +75,7 @@ class StepPool:
                 task.finished = True
                 self._cond.notify_all()
                 abandoned = task.abandoned
-            if task.notify is not None:
+            if task.notify is not None and not abandoned:  # an abandoned call's caller waits no more
                 task.notify("finished")
             if abandoned:
                 return  # a replacement thread has taken this one's place
@@ -110,6 +110,8 @@ class StepPool:
 
         def notify(kind: str) -> None:
             future = started if kind == "started" else finished
+            if loop.is_closed():  # the caller's event loop has ended: nobody is waiting
+                return
             loop.call_soon_threadsafe(lambda: future.done() or future.set_result(None))
 
         task = _Task(fn, notify)

@@ -5,6 +5,7 @@ interactions through the environment contract."""
 
 from __future__ import annotations
 
+import asyncio
 import textwrap
 import time
 from types import SimpleNamespace
@@ -182,6 +183,25 @@ def test_step_pool_times_a_call_from_its_start_not_its_queueing():
     pool = StepPool(workers=1, timeout_s=0.5)
     outcomes = pool.run([lambda: time.sleep(0.3) or "a", lambda: time.sleep(0.3) or "b"])
     assert [o.value for o in outcomes] == ["a", "b"] and not any(o.timed_out for o in outcomes)
+
+
+def test_an_abandoned_awaited_call_ending_after_its_event_loop_closed_raises_nothing(monkeypatch):
+    # The agent loop's event loop may end while a timed-out environment step is still running;
+    # the step's thread must not then notify the closed loop (RuntimeError in a pool thread).
+    import threading
+
+    errors = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: errors.append(args.exc_value))
+    pool = StepPool(workers=1, timeout_s=0.1)
+    done = threading.Event()
+    outcome = asyncio.run(pool.call(lambda: time.sleep(0.4) or done.set()))
+    assert outcome.timed_out
+    assert done.wait(5)
+    time.sleep(0.1)  # the thread's notify runs after fn returns
+    assert errors == []
+    # finished calls on a live loop are still awaited normally
+    assert asyncio.run(pool.call(lambda: 5)).value == 5
+    pool.shutdown()
 
 
 # ---------------------------------------------------------------- tools
