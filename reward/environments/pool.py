@@ -110,9 +110,13 @@ class StepPool:
 
         def notify(kind: str) -> None:
             future = started if kind == "started" else finished
-            if loop.is_closed():  # the caller's event loop has ended: nobody is waiting
-                return
-            loop.call_soon_threadsafe(lambda: future.done() or future.set_result(None))
+            try:
+                loop.call_soon_threadsafe(lambda: future.done() or future.set_result(None))
+            except RuntimeError:
+                # The caller returned as the call ended (its time ran out at that moment) and its
+                # event loop has closed since: nobody is waiting. Any other RuntimeError is raised.
+                if not loop.is_closed():
+                    raise
 
         task = _Task(fn, notify)
         self._queue.put(task)
