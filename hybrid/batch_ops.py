@@ -115,8 +115,27 @@ def mask_truncated_responses(batch: DataProto, eos_token_ids: set[int]) -> float
     return float(truncated.float().mean()) if len(truncated) else 0.0
 
 
+def mask_by_difficulty(batch: DataProto, low: float, high: float) -> float:
+    """`algorithm.difficulty_mask` (ROLL's difficulty_mask): every response of a prompt group
+    (one `uid`) whose mean score (token_level_scores summed per response: the reward before any
+    KL) is not strictly between `low` and `high` gets a response mask of zeros, so the group
+    leaves every loss, as ROLL's sample mask. The mask as it was is kept for
+    `restore_response_mask`. Returns the share of responses kept (ROLL's difficulty_mask_ratio)."""
+    tensors = batch.batch
+    scores = tensors["token_level_scores"].sum(-1).float()
+    keep = torch.ones(len(scores), dtype=torch.bool)
+    for rows in rows_by_uid(batch.non_tensor_batch["uid"]).values():
+        mean = float(scores[rows].mean())
+        keep[rows] = low < mean < high
+    mask = tensors["response_mask"]
+    if FULL_RESPONSE_MASK not in tensors.keys():
+        tensors[FULL_RESPONSE_MASK] = mask
+    tensors["response_mask"] = mask * keep.unsqueeze(-1).to(mask.dtype)
+    return float(keep.float().mean()) if len(keep) else 1.0
+
+
 def restore_response_mask(batch: DataProto) -> None:
-    """The response mask before `mask_truncated_responses`, for the step's data metrics."""
+    """The response mask before `mask_truncated_responses` / `mask_by_difficulty`, for the step's data metrics."""
     if FULL_RESPONSE_MASK in batch.batch.keys():
         batch.batch["response_mask"] = batch.batch[FULL_RESPONSE_MASK]
         batch.pop(batch_keys=[FULL_RESPONSE_MASK])

@@ -23,6 +23,7 @@ from tqdm import tqdm
 from hybrid.batch_ops import (
     balance_batch,
     clip_rewards_and_advantages,
+    mask_by_difficulty,
     mask_truncated_responses,
     pf_ppo_resample,
     restore_response_mask,
@@ -173,6 +174,9 @@ class PPOTrainer:
         if cfg.algorithm.mask_truncated_responses:
             eos = {self.tokenizer.eos_token_id} - {None}
             metrics["response_length/truncated_masked_ratio"] = mask_truncated_responses(batch, eos)
+        difficulty = cfg.algorithm.difficulty_mask
+        if difficulty.enable:
+            metrics["actor/difficulty_mask_ratio"] = mask_by_difficulty(batch, difficulty.low, difficulty.high)
         with timed("adv", timing):
             if cfg.algorithm.use_kl_in_reward:
                 rewards, kl_metrics = kl_in_reward(

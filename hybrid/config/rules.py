@@ -80,6 +80,7 @@ def check_config(config: HybridConfig, problems: Problems, world_size: int | Non
     _check_rollout_world(config, world, world_desc, problems)
     _check_algorithm(config, problems)
     config.algorithm.rollout_correction.check(problems, arr.actor)
+    config.algorithm.difficulty_mask.check(problems)
     _check_actor(config, world, world_desc, problems)
     if config.critic is not INVALID and _critic_used(config, problems):
         critic = config.critic

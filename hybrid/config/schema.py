@@ -133,6 +133,23 @@ class FilterGroupsConfig:
 
 
 @dataclass(frozen=True)
+class DifficultyMaskConfig:
+    """hybrid's (ROLL's difficulty_mask): prompt groups whose mean score is not strictly inside
+    (low, high) leave the losses."""
+
+    enable: bool
+    low: float
+    high: float
+
+    def check(self, problems: Problems) -> None:
+        if self.enable and not self.low < self.high:
+            problems.add(
+                f"algorithm.difficulty_mask.low={fmt(self.low)} must be below algorithm.difficulty_mask.high="
+                f"{fmt(self.high)} (groups are kept when low < mean score < high)"
+            )
+
+
+@dataclass(frozen=True)
 class AlgorithmConfig:
     gamma: Annotated[float, Fraction()]
     lam: Annotated[float, Fraction()]
@@ -146,6 +163,7 @@ class AlgorithmConfig:
     pf_ppo: PFPPOConfig
     rollout_correction: RolloutCorrectionConfig
     mask_truncated_responses: bool  # hybrid's: SkyRL's apply_overlong_filtering, ROLL's max_len_mask
+    difficulty_mask: DifficultyMaskConfig
     reward_clip: Annotated[float | None, Positive()]  # ROLL's: token-level rewards clamped to [-x, x]
     advantage_clip: Annotated[float | None, Positive()]  # ROLL's: advantages clamped to [-x, x]
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from hybrid.dialects.roll_convert import parse_devices
+from hybrid.dialects.roll_convert import UNSET_ENV, parse_devices
 from hybrid.dialects.roll_rules import ROLL_DEFAULTS, RULES
 from hybrid.dialects.table import Dialect, show, translate
 
@@ -90,6 +90,9 @@ def translate_roll(path: str, overrides: list[str]) -> list[str]:
         except OmegaConfBaseException as err:
             rule = DIALECT.rule_for(key)
             if rule is not None and rule.kind == "ignore":
+                continue
+            if key.startswith("tracker_kwargs.") and isinstance(raw, str) and UNSET_ENV.fullmatch(raw):
+                given[key] = raw  # an api key from a variable set only where the run logs (roll_convert._tracker)
                 continue
             problems.append(
                 f"{key}={show(raw)}: cannot resolve the value ({type(err).__name__}: {err})".replace("\n", " ")

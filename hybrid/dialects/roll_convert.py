@@ -412,10 +412,71 @@ def _ref_model_path(value: Any, ctx: Context) -> dict[str, Any]:
     return {}
 
 
+# ROLL's chat templates (roll/datasets/chat_template.py) that are the tokenizer's own: `native` and
+# `qwen2_5` call tokenizer.apply_chat_template as it is; `qwen3` adds enable_thinking=True.
+_TEMPLATES = {"native": {}, "qwen2_5": {}, "qwen3": {"data.apply_chat_template_kwargs.enable_thinking": True}}
+TEMPLATE_KEYS = tuple(
+    f"{section}.data_args.template" for section in ("actor_train", "actor_infer", "reference", "critic", "validation")
+)
+
+
 def _template(value: Any, ctx: Context) -> dict[str, Any]:
-    if value in ("native", None):
+    if value is None:
         return {}
-    raise Refusal(f"{NATIVE_TEMPLATE}; set template: native")
+    if value not in _TEMPLATES:
+        raise Refusal(
+            f"{NATIVE_TEMPLATE}: ROLL's native, qwen2_5 (the same) and qwen3 (the same with enable_thinking=True) "
+            f"map; {value} renders prompts its own way"
+        )
+    given = {key: ctx.get(key) for key in TEMPLATE_KEYS if ctx.get(key, None) in _TEMPLATES}
+    if len({repr(_TEMPLATES[v]) for v in given.values()}) > 1:
+        listed = ", ".join(f"{key}={v}" for key, v in given.items())
+        raise Refusal(
+            f"hybrid renders training and validation prompts with one template; these differ in enable_thinking: "
+            f"{listed}",
+            shared=True,
+        )
+    return dict(_TEMPLATES[value])
+
+
+def _difficulty(value: Any, ctx: Context) -> dict[str, Any]:
+    """difficulty_mask with its two bounds, read together (ROLL's defaults 0.0 and 1.0)."""
+    enable = ctx.get("difficulty_mask", False)
+    if not enable:
+        return {"algorithm.difficulty_mask.enable": False} if ctx.key == "difficulty_mask" else {}
+    low, high = ctx.get("difficulty_low_threshold", 0.0), ctx.get("difficulty_high_threshold", 1.0)
+    return {
+        "algorithm.difficulty_mask.enable": True,
+        "algorithm.difficulty_mask.low": float(low),
+        "algorithm.difficulty_mask.high": float(high),
+    }
+
+
+# tracker_kwargs.<name> -> the environment variable the logger reads, per track_with.
+_TRACKER_VARIABLES = {
+    ("tensorboard", "log_dir"): "TENSORBOARD_DIR",
+    ("wandb", "log_dir"): "WANDB_DIR",
+    ("wandb", "api_key"): "WANDB_API_KEY",
+    ("wandb", "notes"): "WANDB_NOTES",
+    ("wandb", "tags"): "WANDB_TAGS",
+}
+UNSET_ENV = re.compile(r"\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _tracker(value: Any, ctx: Context) -> dict[str, Any]:
+    """tracker_kwargs.* onto the variables hybrid's loggers read (set in the driver before they start)."""
+    name = ctx.key.rsplit(".", 1)[-1]
+    variable = _TRACKER_VARIABLES.get((ctx.get("track_with", None), name))
+    if variable is None or value is None:
+        return {}  # the tracker in use does not read it (ROLL passes it to that tracker only)
+    unset = UNSET_ENV.fullmatch(value) if isinstance(value, str) else None
+    if unset:  # roll.py keeps an ${oc.env:NAME} of an unset variable as written
+        if unset.group(1) == variable:
+            return {}  # the logger reads that variable itself when it starts
+        raise Refusal(f"the environment variable {unset.group(1)} is not set; set it, or set {variable}")
+    if isinstance(value, list):
+        value = ",".join(str(v) for v in value)
+    return {f"trainer.worker_env_vars.{variable}": str(value)}
 
 
 def _lists(value: Any, ctx: Context) -> list[str]:
@@ -441,4 +502,4 @@ def _interleave(value: Any, ctx: Context) -> dict[str, Any]:
     )
 
 
-__all__ = ["ACTOR", "ARR", "REF", "ROLLOUT", "parse_devices"]
+__all__ = ["ACTOR", "ARR", "REF", "ROLLOUT", "TEMPLATE_KEYS", "parse_devices"]

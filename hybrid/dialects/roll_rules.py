@@ -23,6 +23,7 @@ from hybrid.dialects.roll_convert import (
     _advantage,
     _async_generation_ratio,
     _clip,
+    _difficulty,
     _dual_clip,
     _eval_steps,
     _interleave,
@@ -40,6 +41,7 @@ from hybrid.dialects.roll_convert import (
     _sequence_length,
     _target_kl,
     _template,
+    _tracker,
     _val_greedy,
     _val_lengths,
     _value_clip,
@@ -110,10 +112,33 @@ RULES: tuple[Rule, ...] = (
     ),
     same("tracker_kwargs.project", "trainer.project_name"),
     same("tracker_kwargs.name", "trainer.experiment_name"),
-    refuse("tracker_kwargs.api_key", "hybrid reads the W&B key from WANDB_API_KEY"),
-    refuse("tracker_kwargs.log_dir", "hybrid writes TensorBoard files under trainer.default_local_dir (output_dir)"),
-    refuse("tracker_kwargs.notes", "no run-notes key in hybrid"),
-    refuse("tracker_kwargs.tags", "no run-tags key in hybrid"),
+    custom(
+        "tracker_kwargs.log_dir",
+        ("trainer.worker_env_vars.TENSORBOARD_DIR", "trainer.worker_env_vars.WANDB_DIR"),
+        _tracker,
+        "track_with tensorboard -> TENSORBOARD_DIR, wandb -> WANDB_DIR; stdout: not read",
+        "the folder ROLL's tracker writes to; hybrid's TensorBoard logger and wandb read these variables",
+    ),
+    custom(
+        "tracker_kwargs.api_key",
+        ("trainer.worker_env_vars.WANDB_API_KEY",),
+        _tracker,
+        "track_with wandb -> WANDB_API_KEY (${oc.env:WANDB_API_KEY} unset: left to wandb, which reads that variable "
+        "itself); other trackers: not read",
+        "ROLL logs in to wandb with it",
+    ),
+    custom(
+        "tracker_kwargs.notes",
+        ("trainer.worker_env_vars.WANDB_NOTES",),
+        _tracker,
+        "track_with wandb -> WANDB_NOTES; other trackers: not read",
+    ),
+    custom(
+        "tracker_kwargs.tags",
+        ("trainer.worker_env_vars.WANDB_TAGS",),
+        _tracker,
+        "track_with wandb -> WANDB_TAGS (comma-separated); other trackers: not read",
+    ),
     same("max_steps", "trainer.total_training_steps"),
     custom(
         "save_steps",
@@ -159,6 +184,10 @@ RULES: tuple[Rule, ...] = (
     refuse("dataset_filter.min_difficulty", "no data-set filtering by difficulty in hybrid", accept=(None,)),
     refuse("dataset_filter.max_difficulty", "no data-set filtering by difficulty in hybrid", accept=(None,)),
     refuse("dataset_filter.num_samples", "no data-set subsampling in hybrid", accept=(0,)),
+    ignore(
+        "<role>.use_remove_padding",
+        "not a field of ROLL's worker config: ROLL's launcher (dacite, not strict) drops it unread",
+    ),
     ignore("pg_variant", "a YAML variable in ROLL's examples; actor_train.pg_variant is the one read"),
     # ---- scheduling
     custom(
@@ -332,13 +361,17 @@ RULES: tuple[Rule, ...] = (
         note="responses that fill response_length leave the loss; ROLL masks every full-length response, hybrid "
         "those of them that do not end in EOS",
     ),
-    refuse(
+    custom(
         "difficulty_mask",
-        "no difficulty mask in hybrid (algorithm.filter_groups drops groups without variance instead)",
-        accept=(False,),
+        ("algorithm.difficulty_mask.enable", "algorithm.difficulty_mask.low", "algorithm.difficulty_mask.high"),
+        _difficulty,
+        "same value into enable; low/high from difficulty_low_threshold / difficulty_high_threshold (ROLL's defaults "
+        "0.0 and 1.0 where not given)",
+        "every response of a prompt group whose mean score is not strictly between the bounds leaves the losses, "
+        "as ROLL's sample mask (hybrid also leaves it out of the advantage whitening of gae)",
     ),
-    ignore("difficulty_low_threshold", "read only with difficulty_mask, which is refused"),
-    ignore("difficulty_high_threshold", "read only with difficulty_mask, which is refused"),
+    custom("difficulty_low_threshold", ("algorithm.difficulty_mask.low",), _difficulty, "read with difficulty_mask"),
+    custom("difficulty_high_threshold", ("algorithm.difficulty_mask.high",), _difficulty, "read with difficulty_mask"),
     refuse("error_max_len_clip", "no such mask in hybrid", accept=(False,)),
     ignore("error_max_len_threshold", "read only with error_max_len_clip, which is refused"),
     refuse(
@@ -500,7 +533,13 @@ RULES: tuple[Rule, ...] = (
     ),
     same("actor_train.data_args.prompt", "data.prompt_key"),
     same("actor_train.data_args.messages", "data.prompt_key", note="a chat-list column"),
-    custom("actor_train.data_args.template", (), _template, "native accepted"),
+    custom(
+        "actor_train.data_args.template",
+        ("data.apply_chat_template_kwargs.enable_thinking",),
+        _template,
+        "native, qwen2_5 -> the tokenizer's own template; qwen3 -> the same with enable_thinking=true",
+        "ROLL's qwen2_5 is its native template (tokenizer.apply_chat_template); its qwen3 passes enable_thinking=True",
+    ),
     ignore("actor_train.data_args.dataset_dir", "file_name is read as given"),
     ignore("actor_train.data_args.preprocessing_num_workers", "hybrid tokenises prompts as batches are drawn"),
     custom(
@@ -510,12 +549,12 @@ RULES: tuple[Rule, ...] = (
         "a {domain: probability} mapping with one domain accepted; several refused (once, naming how many)",
     ),
     custom("actor_train.data_args.interleave_probs", (), _interleave, "one file accepted"),
-    custom("actor_infer.data_args.template", (), _template, "native accepted"),
-    custom("reference.data_args.template", (), _template, "native accepted"),
-    custom("critic.data_args.template", (), _template, "native accepted"),
+    custom("actor_infer.data_args.template", (), _template, "as actor_train's"),
+    custom("reference.data_args.template", (), _template, "as actor_train's"),
+    custom("critic.data_args.template", (), _template, "as actor_train's"),
     # ---- validation
     via("validation.data_args.file_name", "data.val_files", _lists, "list of files"),
-    custom("validation.data_args.template", (), _template, "native accepted"),
+    custom("validation.data_args.template", (), _template, "as actor_train's"),
     same("validation.data_args.prompt", "data.prompt_key"),
     same("validation.data_args.messages", "data.prompt_key"),
     same("validation.generating_args.temperature", f"{ROLLOUT}.val_kwargs.temperature"),
@@ -545,6 +584,15 @@ RULES: tuple[Rule, ...] = (
     ),
     ignore("rewards.<domain>.infer_batch_size", "rule scorers score one response at a time"),
     ignore("rewards.<domain>.model_args.*", "rule scorers load no model"),
+    ignore("rewards.<domain>.strategy_args.*", "rule scorers load no model (an LLM judge's worker_cls is refused)"),
+    ignore(
+        "rewards.<domain>.generating_args.*", "rule scorers generate nothing (an LLM judge's worker_cls is refused)"
+    ),
+    ignore("rewards.<domain>.device_mapping", "hybrid's rule scorers run in the driver"),
+    ignore("rewards.<domain>.judge_prompt", "read only by LLMJudgeRewardWorker, whose worker_cls is refused"),
+    ignore("rewards.<domain>.judge_model_type", "read only by LLMJudgeRewardWorker, whose worker_cls is refused"),
+    ignore("rewards.<domain>.reward_type", "read only by ROLL's ifeval/crossthinkqa rule workers, which are refused"),
+    ignore("rewards.<domain>.use_local", "read only by CodeSandboxRewardWorker, which is refused"),
     ignore("rewards.<domain>.data_args.*", "rule scorers read the decoded response"),
     refuse(
         "rewards.<domain>.query_filter_config.type",

@@ -40,7 +40,10 @@ _FSDP = {
     "reference": (f"{REF}.fsdp_config", "param_offload"),
 }
 _DTYPES = {"bf16": "bf16", "bfloat16": "bf16", "fp32": "fp32", "float32": "fp32"}
-# ROLL FSDP2 settings that tune memory or speed only: what is computed is the same.
+# ROLL FSDP2 settings that tune memory, speed or the layout of the shards only: what is computed is
+# the same (up to rounding) whatever their values (roll/distributed/strategy/fsdp2_strategy.py,
+# roll/utils/fsdp_utils.py apply_fsdp2).
+_LAYOUT = "changes how the same computation is laid out over the devices, not what is computed"
 _FSDP2_MACHINERY = {
     "fsdp_size": "hybrid shards every decoder layer over all the role's ranks; ROLL's fsdp_size only sets how "
     "many ranks share one copy of the weights (hybrid sharding), not what is computed",
@@ -48,17 +51,20 @@ _FSDP2_MACHINERY = {
     "use_batched_model_update": "hybrid's weight sync gathers in buckets of rollout.update_weights_bucket_megabytes",
     "reduce_scatter_during_grad_accumulation": "a communication schedule: the gradients are the same",
     "async_save_ckpt": "hybrid saves checkpoints synchronously",
-    "tiled_num_shards": "read only with apply_tiled_mlp, which is false",
-    "model_type": "read only with apply_tiled_mlp, which is false",
+    "tiled_num_shards": "read only with apply_tiled_mlp (a memory setting)",
+    "model_type": "read only with apply_tiled_mlp (a memory setting)",
+    "wrap_policy": "which modules are FSDP units (transformer_layer_cls_to_wrap, wrap_embeddings, wrap_lm_output, "
+    "moe_experts): the granularity of sharding and gathering, a memory and communication setting; hybrid "
+    "wraps every decoder layer",
+    "apply_tiled_mlp": "the MLP computed in chunks of the sequence to save activation memory; hybrid computes it "
+    "whole: the same values",
+    "apply_expert_patch": "ROLL's MoE block forward rewritten so that its experts can be FSDP units; " + _LAYOUT,
+    "ep_size": f"expert parallelism: {_LAYOUT}; hybrid shards the experts with FSDP like every weight",
+    "efsdp_size": f"the FSDP group of the experts under expert parallelism: {_LAYOUT}",
+    "moe_use_grouped_mm": "a grouped-GEMM kernel for the experts: the same products, computed in one call",
 }
 # Accepted at the value hybrid behaves like; any other is refused with the reason.
 _FSDP2_FIXED = {
-    "wrap_policy": (lambda v: not v, "hybrid wraps every decoder layer as its own FSDP unit (no wrap policy)"),
-    "ep_size": (lambda v: v in (None, 1), "hybrid has no expert parallelism"),
-    "efsdp_size": (lambda v: v in (None, 1), "hybrid has no expert parallelism"),
-    "moe_use_grouped_mm": (lambda v: not v, "hybrid has no grouped-GEMM MoE kernels"),
-    "apply_expert_patch": (lambda v: not v, "hybrid has no expert patch"),
-    "apply_tiled_mlp": (lambda v: not v, "hybrid has no tiled MLP"),
     "save_only_model": (
         lambda v: not v,
         "hybrid's checkpoints are resumable (optimizer included); choose their contents with "
@@ -83,6 +89,10 @@ def _strategy_config(role: str):
         if ctx.get(f"{role}.strategy_args.strategy_name") in refused_strategies:
             return {}  # the strategy itself is refused, with its reason
         name = ctx.key[start:].split(".", 1)[0]
+        if not name:
+            if value in (None, {}):
+                return {}  # strategy_config: null (ROLL's defaults)
+            raise Refusal("a mapping of FSDP2 settings")
         if name == "param_dtype":
             if str(value) not in _DTYPES:
                 raise Refusal("supported: bf16, fp32 (hybrid computes in neither fp16 nor fp8)")
@@ -117,9 +127,9 @@ def strategy_config_rule(role: str) -> Rule:
         _strategy_config(role),
         "FSDP2's param_dtype (bf16, fp32) -> mixed_precision, reshard_after_forward -> reshard_after_forward, "
         f"offload_policy -> {offload}; fsdp_size, reduce_dtype (fp32 or bf16), use_batched_model_update, "
-        "reduce_scatter_during_grad_accumulation, async_save_ckpt: no effect on what is computed (hybrid shards "
-        "every layer over all ranks and reduces in fp32); wrap_policy empty, ep_size/efsdp_size 1, "
-        "moe_use_grouped_mm, apply_expert_patch, apply_tiled_mlp and save_only_model false only",
+        "reduce_scatter_during_grad_accumulation, async_save_ckpt, wrap_policy.*, apply_tiled_mlp, apply_expert_patch, "
+        "ep_size, efsdp_size, moe_use_grouped_mm: memory, speed or shard layout, no effect on what is computed "
+        "(hybrid wraps every decoder layer, shards it over all ranks and reduces in fp32); save_only_model false only",
     )
 
 
@@ -290,13 +300,10 @@ def _ulysses(role: str):
         if value is None:
             return {}  # ROLL's null is no sequence parallelism: hybrid's default (1)
         if role == "reference":
+            # hybrid's reference runs in the actor's worker and splits sequences as the actor does;
+            # the split changes where the forward runs, not the log-probs it gives.
             actor = ctx.get("actor_train.model_args.ulysses_size", None)
-            actor = 1 if actor is None else actor
-            if value != actor:
-                raise Refusal(
-                    f"hybrid's reference runs in the actor's worker and splits sequences as it does "
-                    f"(actor_train.model_args.ulysses_size={actor}); give both the same size"
-                )
+            return {ULYSSES_KEYS[role]: 1 if actor is None else actor}
         return {ULYSSES_KEYS[role]: value}
 
     return convert
@@ -311,7 +318,11 @@ def _ulysses_rule(role: str) -> Rule:
             "trained roles (actor_train, reference, critic)",
             accept=(None, 1),
         )
-    how = "same value (null: 1)" + ("; must equal actor_train's" if role == "reference" else "")
+    how = (
+        "accepted; the reference splits sequences as actor_train does (the log-probs are the same)"
+        if role == "reference"
+        else "same value (null: 1)"
+    )
     note = (
         "Ulysses: ranks that split each sequence; data-parallel ranks = devices / this" if role == "actor_train" else ""
     )

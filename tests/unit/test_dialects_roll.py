@@ -226,6 +226,54 @@ def roll_error(tmp_path: Path, text: str, *overrides: str) -> str:
         ("actor_train:\n  model_args:\n    ulysses_size: 1\n", {f"{A}.actor.ulysses_sequence_parallel_size": 1}),
         ("val_greedy: true\n", {f"{A}.rollout.val_kwargs.do_sample": False, f"{A}.rollout.val_kwargs.temperature": 0}),
         ("val_greedy: false\n", {f"{A}.rollout.val_kwargs.do_sample": True}),
+        # the reference splits sequences as the actor does whatever its own size: the same log-probs
+        (
+            "actor_train:\n  model_args:\n    ulysses_size: 4\nreference:\n  model_args:\n    ulysses_size: 2\n",
+            {f"{A}.actor.ulysses_sequence_parallel_size": 4, f"{A}.ref.ulysses_sequence_parallel_size": 4},
+        ),
+        # ROLL's qwen2_5 template is its native one; qwen3 adds enable_thinking=True
+        ("actor_train:\n  data_args:\n    template: qwen2_5\n", {}),
+        (
+            "actor_train:\n  data_args:\n    template: qwen3\nvalidation:\n  data_args:\n    template: qwen3\n",
+            {"data.apply_chat_template_kwargs.enable_thinking": True},
+        ),
+        (
+            "difficulty_mask: true\ndifficulty_low_threshold: 0.1\ndifficulty_high_threshold: 0.95\n",
+            {
+                "algorithm.difficulty_mask.enable": True,
+                "algorithm.difficulty_mask.low": 0.1,
+                "algorithm.difficulty_mask.high": 0.95,
+            },
+        ),
+        (
+            "difficulty_mask: true\n",
+            {
+                "algorithm.difficulty_mask.enable": True,
+                "algorithm.difficulty_mask.low": 0.0,
+                "algorithm.difficulty_mask.high": 1.0,
+            },
+        ),
+        ("difficulty_mask: false\ndifficulty_low_threshold: 0.1\n", {"algorithm.difficulty_mask.enable": False}),
+        (
+            "track_with: tensorboard\ntracker_kwargs:\n  log_dir: /tb/run\n  project: p\n",
+            {"trainer.worker_env_vars.TENSORBOARD_DIR": "/tb/run", "trainer.project_name": "p"},
+        ),
+        (
+            "track_with: wandb\ntracker_kwargs:\n  log_dir: /w\n  api_key: k1\n  notes: n\n  tags: [a, b]\n",
+            {
+                "trainer.worker_env_vars.WANDB_DIR": "/w",
+                "trainer.worker_env_vars.WANDB_API_KEY": "k1",
+                "trainer.worker_env_vars.WANDB_NOTES": "n",
+                "trainer.worker_env_vars.WANDB_TAGS": "a,b",
+            },
+        ),
+        # ROLL's FSDP2 shard layout settings compute the same values
+        (
+            "actor_train:\n  strategy_args:\n    strategy_name: fsdp2_train\n    strategy_config:\n"
+            "      apply_tiled_mlp: true\n      ep_size: 8\n      wrap_policy:\n"
+            "        transformer_layer_cls_to_wrap: [Qwen3MoeAttention]\n        wrap_embeddings: true\n",
+            {f"{A}.actor.strategy": "fsdp2"},
+        ),
     ],
 )
 def test_roll_mapping(tmp_path, yaml_text, expected):
@@ -270,7 +318,7 @@ async_generation_ratio: 0.5
 logging_steps: 5
 whiten_rewards: true
 use_topr_loss: true
-difficulty_mask: true
+error_max_len_clip: true
 importance_sampling: seq
 is_use_additional_prompts: true
 actor_train:
@@ -304,7 +352,7 @@ ROLL_REFUSED = [
     ("logging_steps=5", "logs every step"),
     ("whiten_rewards=true", "reward whitening"),
     ("use_topr_loss=true", "TOPR"),
-    ("difficulty_mask=true", "difficulty mask"),
+    ("error_max_len_clip=true", "no such mask"),
     ("importance_sampling=seq", "per token"),
     ("is_use_additional_prompts=true", "dynamic sampling"),
     ("actor_train.strategy_args.strategy_name=megatron_train", "Megatron"),
@@ -351,7 +399,17 @@ def test_roll_documents_at_least_ten_refused_keys():
             "actor_train:\n  training_args:\n    per_device_train_batch_size: 3\n    gradient_accumulation_steps: 1\n",
             "not a whole number of groups of num_return_sequences_in_group=4",
         ),
-        ("actor_train:\n  data_args:\n    template: qwen2_5\n", "set template: native"),
+        ("actor_train:\n  data_args:\n    template: chatml\n", "chatml renders prompts its own way"),
+        (
+            "actor_train:\n  data_args:\n    template: qwen3\nvalidation:\n  data_args:\n    template: qwen2_5\n",
+            "these differ in enable_thinking: actor_train.data_args.template=qwen3, "
+            "validation.data_args.template=qwen2_5",
+        ),
+        (
+            "track_with: wandb\ntracker_kwargs:\n  api_key: ${oc.env:ROLL_TEST_UNSET_KEY}\n",
+            "tracker_kwargs.api_key=${oc.env:ROLL_TEST_UNSET_KEY}: the environment variable ROLL_TEST_UNSET_KEY "
+            "is not set",
+        ),
         (
             "actor_train:\n  device_mapping: list(range(0,4))\nreference:\n  device_mapping: list(range(4,8))\n",
             "give them actor_train's device_mapping",
@@ -359,14 +417,53 @@ def test_roll_documents_at_least_ten_refused_keys():
         ("pretrain: /a\nreference:\n  model_args:\n    model_name_or_path: /b\n", "initial policy"),
         ("actor_train:\n  model_args:\n    dtype: fp16\n", "supported: bf16, fp32"),
         ("track_with: swanlab\n", "supported: tensorboard, wandb, stdout"),
-        (
-            "actor_train:\n  model_args:\n    ulysses_size: 2\nreference:\n  model_args:\n    ulysses_size: 1\n",
-            "splits sequences as it does (actor_train.model_args.ulysses_size=2)",
-        ),
     ],
 )
 def test_roll_transform_refusals(tmp_path, yaml_text, reason):
     assert reason in roll_error(tmp_path, yaml_text)
+
+
+def test_roll_tracker_keys_that_the_tracker_in_use_does_not_read(tmp_path, monkeypatch):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    # wandb reads WANDB_API_KEY itself when it starts: an unset ${oc.env:WANDB_API_KEY} is not an error here
+    out = roll(tmp_path, "track_with: wandb\ntracker_kwargs:\n  api_key: ${oc.env:WANDB_API_KEY}\n")
+    assert not any(key.startswith("trainer.worker_env_vars") for key in out)
+    out = roll(tmp_path, "track_with: tensorboard\ntracker_kwargs:\n  api_key: k\n  notes: n\n")
+    assert not any(key.startswith("trainer.worker_env_vars") for key in out)
+
+
+def test_difficulty_mask_bounds_in_the_wrong_order_are_refused(tmp_path):
+    from hybrid.config import build_config
+
+    path = roll_yaml(tmp_path, "difficulty_mask: true\ndifficulty_low_threshold: 0.9\ndifficulty_high_threshold: 0.1\n")
+    with pytest.raises(ConfigError) as err:
+        build_config(translate_argv(["--roll-config", str(path)]))
+    assert (
+        "algorithm.difficulty_mask.low=0.9 must be below algorithm.difficulty_mask.high=0.1 "
+        "(groups are kept when low < mean score < high)"
+    ) in str(err.value)
+
+
+def test_difficulty_mask_drops_the_groups_outside_the_bounds_from_the_losses():
+    import numpy as np
+    import torch
+
+    from hybrid.batch_ops import mask_by_difficulty, restore_response_mask
+    from protocol.data_proto import DataProto
+
+    # three groups of two (uids a, b, c, rows interleaved); scores per response: a 1,1 (mean 1),
+    # b 0,1 (mean 0.5), c 0,0 (mean 0); the score sits on the last token.
+    scores = torch.zeros(6, 3)
+    scores[[0, 3, 4], -1] = 1.0
+    mask = torch.ones(6, 3, dtype=torch.long)
+    batch = DataProto.from_dict({"token_level_scores": scores, "response_mask": mask})
+    batch.non_tensor_batch["uid"] = np.array(["a", "b", "c", "a", "b", "c"], dtype=object)
+    assert mask_by_difficulty(batch, 0.0, 1.0) == pytest.approx(2 / 6)
+    assert batch.batch["response_mask"][:, 0].tolist() == [0, 1, 0, 0, 1, 0]
+    restore_response_mask(batch)
+    assert batch.batch["response_mask"].sum() == 18
+    assert mask_by_difficulty(batch, -0.5, 0.75) == pytest.approx(4 / 6)  # a (mean 1) leaves
+    assert batch.batch["response_mask"][:, 0].tolist() == [0, 1, 1, 0, 1, 1]
 
 
 def test_roll_typo_names_the_nearest_roll_key(tmp_path):

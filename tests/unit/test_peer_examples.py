@@ -236,11 +236,13 @@ def test_roll_fsdp2_strategy_config_onto_hybrids_fsdp_settings(tmp_path):
     fsdp = arr.actor.fsdp_config
     assert (fsdp.mixed_precision, fsdp.reshard_after_forward, fsdp.offload_policy) == ("fp32", False, True)
     assert (arr.ref.fsdp_config.mixed_precision, arr.ref.fsdp_config.param_offload) == ("bf16", True)
+    # which modules are FSDP units: the same computation, sharded at another granularity
+    translate_argv(
+        ["--roll-config", str(path), "+actor_train.strategy_args.strategy_config.wrap_policy.wrap_embeddings=true"]
+    )
     with pytest.raises(ConfigError) as err:
-        translate_argv(
-            ["--roll-config", str(path), "+actor_train.strategy_args.strategy_config.wrap_policy.wrap_embeddings=true"]
-        )
-    assert "wrap_policy.wrap_embeddings=true: hybrid wraps every decoder layer" in str(err.value)
+        translate_argv(["--roll-config", str(path), "+actor_train.strategy_args.strategy_config.save_only_model=true"])
+    assert "save_only_model=true: hybrid's checkpoints are resumable" in str(err.value)
 
 
 def test_roll_domain_interleave_probs_is_read_as_one_mapping(tmp_path):
