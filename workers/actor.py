@@ -157,6 +157,7 @@ class DataParallelPPOActor:
             seed=cfg.data_loader_seed if cfg.data_loader_seed is not None else 0,
             micro=cfg.update_batching.for_model(self.share_prompts, self.sp),
             seq_level=cfg.loss_agg_mode.startswith("seq-mean"),
+            summed=cfg.loss_agg_mode == "token-sum",
         )
         metrics = self.step.run(data, keys, plan, loss)
         if cfg.use_kl_loss:

@@ -100,6 +100,7 @@ class DataParallelPPOCritic:
             seed=CRITIC_SHUFFLE_SEED,
             micro=cfg.update_batching.for_model(self.share_prompts, self.sp),
             seq_level=cfg.loss_agg_mode.startswith("seq-mean"),
+            summed=cfg.loss_agg_mode == "token-sum",
         )
         return self.step.run(data, keys, plan, self._micro_loss)
 

@@ -129,7 +129,7 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
 
 # ----------------------------------------------------------------------------- aggregation
 
-AGG_LOSS_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+AGG_LOSS_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
 
 def agg_loss(
@@ -141,6 +141,8 @@ def agg_loss(
     """Aggregate a ``(B, T)`` loss matrix into a scalar.
 
     * ``token-mean``: sum over all valid tokens / number of valid tokens (DAPO).
+    * ``token-sum``: sum over all valid tokens, not divided (verl 0.9); the update sums the
+      micro-batches' and ranks' sums instead of averaging them (workers/optimizer_step.py).
     * ``seq-mean-token-sum``: per-sequence token sum, mean over sequences.
     * ``seq-mean-token-mean``: per-sequence token mean, mean over sequences (GRPO paper).
     * ``seq-mean-token-sum-norm``: per-sequence token sum / ``loss_scale_factor`` (default the
@@ -152,6 +154,8 @@ def agg_loss(
         raise ValueError(f"Invalid loss_agg_mode: {loss_agg_mode!r}. Valid modes: {list(AGG_LOSS_MODES)}")
     if loss_agg_mode == "token-mean":
         return masked_mean(loss_mat, loss_mask)
+    if loss_agg_mode == "token-sum":
+        return masked_sum(loss_mat, loss_mask.to(loss_mat.dtype))
     mask = loss_mask.to(loss_mat.dtype)
     seq_sum = masked_sum(loss_mat, mask, axis=-1)
     tokens = mask.sum(dim=-1)

@@ -61,6 +61,7 @@ class UpdatePlan:
     seed: int  # epoch e shuffles with seed + e
     micro: MicroBatching
     seq_level: bool  # weight by sequences (seq-mean-* aggregations) instead of tokens
+    summed: bool = False  # token-sum: every micro-batch's loss counts whole (sums, not a mean)
 
 
 @dataclass(frozen=True)
@@ -117,9 +118,10 @@ class OptimizerStep:
             index = torch.tensor(idx, device=mask_all.device)
             micro = {k: tensors[k][index] for k in keys}
             mask = micro["response_mask"]
-            weight = float(mask.any(-1).sum() if plan.seq_level else mask.sum()) / counts.units
+            weight = 1.0 if plan.summed else float(mask.any(-1).sum() if plan.seq_level else mask.sum()) / counts.units
             loss, metrics = micro_loss(micro, weight, counts)
-            # FSDP averages gradients over ranks, so scale by world size to get the global mean.
+            # FSDP averages gradients over ranks, so scale by world size to get the global mean
+            # (or, for token-sum, the global sum).
             (loss * weight * self.world_size).backward()
             for name, value in metrics.items():
                 sums[name] += value

@@ -305,7 +305,10 @@ def compute_correction(
 def rejected_loss_scale(response_mask: torch.Tensor, kept_mask: torch.Tensor, loss_agg_mode: str) -> torch.Tensor:
     """Factor turning a loss aggregated over `kept_mask` into one whose denominator still
     counts every token (or sequence, for seq-mean-*) of `response_mask`: verl's bypass mode
-    masks rejected tokens out of the numerator only (its global token count is taken first)."""
+    masks rejected tokens out of the numerator only (its global token count is taken first).
+    token-sum has no denominator: 1."""
+    if loss_agg_mode == "token-sum":
+        return torch.ones((), dtype=torch.float64, device=response_mask.device)
     if loss_agg_mode.startswith("seq-mean"):
         kept, total = (kept_mask.sum(-1) > 0).sum(), (response_mask.sum(-1) > 0).sum()
     else:

@@ -84,6 +84,22 @@ def test_micro_batching_modes_match(tiny_model_dir, batch, local_result, overrid
     assert (after - ref_after)[mask].abs().max() <= TOL
 
 
+def test_token_sum_adds_up_every_micro_batch(tiny_model_dir, batch, local_result):
+    """verl 0.9's token-sum: the mini-batch's loss is the sum over its valid tokens, so with
+    four micro-batches summed (not averaged) the loss and the gradient are the token-mean run's
+    times the number of response tokens (the update is one mini-batch)."""
+    cfg = engine_config(
+        tiny_model_dir,
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+        "actor_rollout_ref.actor.loss_agg_mode=token-sum",
+    )
+    _, metrics, _ = logp_update_logp(actor_group(cfg, None), batch)
+    _, ref_metrics, _ = local_result
+    tokens = float(batch.batch["response_mask"].sum())
+    assert metrics["actor/pg_loss"] == pytest.approx(ref_metrics["actor/pg_loss"] * tokens, rel=1e-4, abs=1e-5)
+    assert metrics["actor/grad_norm"] == pytest.approx(ref_metrics["actor/grad_norm"] * tokens, rel=1e-4)
+
+
 def test_on_policy_update_without_old_log_probs_matches(tiny_model_dir, batch, local_result):
     """Skipping the old log-prob pass (one optimizer step per batch) gives the same update,
     and the update itself reports entropy and the engine/trainer gap."""

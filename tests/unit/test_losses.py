@@ -146,8 +146,9 @@ def test_agg_loss_modes_by_hand(mode, expected):
 
 def test_agg_loss_norm_with_explicit_scale_and_unknown_mode():
     close(L.agg_loss(t(LOSS_MAT), t(LOSS_MASK), "seq-mean-token-sum-norm", loss_scale_factor=2), 4.25)  # (3+5.5)/2
-    with pytest.raises(ValueError, match=r"token-sum.*Valid modes.*seq-mean-token-mean"):
-        L.agg_loss(t(LOSS_MAT), t(LOSS_MASK), "token-sum")
+    close(L.agg_loss(t(LOSS_MAT), t(LOSS_MASK), "token-sum"), 17.0)  # 1+2+3 + 5+6, the NaN padding row left out
+    with pytest.raises(ValueError, match=r"token-max.*Valid modes.*seq-mean-token-mean"):
+        L.agg_loss(t(LOSS_MAT), t(LOSS_MASK), "token-max")
 
 
 # ----------------------------------------------------------------------------- KL

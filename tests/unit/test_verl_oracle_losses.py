@@ -19,7 +19,7 @@ import torch
 
 import workers.losses as L
 
-MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
 
 # ----------------------------------------------------------------------------- verl 0.9.1
@@ -41,6 +41,8 @@ def agg_loss(
         if batch_num_tokens is None:
             batch_num_tokens = loss_mask.sum()
         loss = (loss_mat * loss_mask).sum() / batch_num_tokens * dp_size
+    elif loss_agg_mode == "token-sum":
+        loss = (loss_mat * loss_mask).sum() * dp_size
     elif loss_agg_mode in ["seq-mean-token-sum", "seq-mean-token-sum-norm"]:
         seq_losses = torch.sum(loss_mat * loss_mask, dim=-1)
         seq_mask = (torch.sum(loss_mask, dim=-1) > 0).float().to(loss_mat.dtype)
