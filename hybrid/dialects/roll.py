@@ -24,6 +24,7 @@ are in roll_convert.py, the worker sections' rules in roll_workers.py, the rule 
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 from hybrid.dialects.roll_convert import UNSET_ENV, parse_devices
@@ -83,10 +84,18 @@ def translate_roll(path: str, overrides: list[str]) -> list[str]:
         raise ConfigError(f"--roll-config {path}: ROLL's file or overrides cannot be composed: {err}") from err
 
     problems, given = [], {}
-    for key, raw in _leaves(OmegaConf.to_container(cfg, resolve=False)):
+    leaves = list(_leaves(OmegaConf.to_container(cfg, resolve=False)))
+    variables = _variables(leaves)
+    for key, raw in leaves:
+        if key.split(".", 1)[0] in variables and DIALECT.rule_for(key) is None:
+            continue  # a YAML variable: the keys that read it through ${...} are translated
         try:
             value = OmegaConf.select(cfg, key, throw_on_missing=True)
-            given[key] = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+            value = OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+            if isinstance(value, dict) and value:
+                given.update(_leaves(value, key))  # a whole section through ${...} (custom_envs.<tag>)
+            else:
+                given[key] = value
         except OmegaConfBaseException as err:
             rule = DIALECT.rule_for(key)
             if rule is not None and rule.kind == "ignore":
@@ -100,6 +109,18 @@ def translate_roll(path: str, overrides: list[str]) -> list[str]:
     if problems:
         raise ConfigError("\n".join([f"--roll-config {path} cannot be read:"] + [f"  - {p}" for p in problems]))
     return translate(DIALECT, given) + passthrough
+
+
+_REFERENCE = re.compile(r"\$\{([A-Za-z_][\w]*)[.}\[]")
+
+
+def _variables(leaves: list[tuple[str, Any]]) -> set[str]:
+    """Top-level names that values read through ${name...}: ROLL's example files keep settings and
+    whole environment sections there (examples/config/traj_envs.yaml's custom_env, max_steps...)
+    for custom_envs to pick up; ROLL's launcher drops those names unread (they are no config
+    field), so they are not translated themselves."""
+    sections = {rule.key.split(".", 1)[0] for rule in DIALECT.rules}  # ROLL's own: a typo there is reported
+    return {name for _, raw in leaves if isinstance(raw, str) for name in _REFERENCE.findall(raw)} - sections
 
 
 def _leaves(tree: Any, prefix: str = ""):

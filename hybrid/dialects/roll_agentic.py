@@ -157,6 +157,11 @@ def _section_rules() -> tuple[Rule, ...]:
             "the environment's own section of env_kwargs",
         ),
         custom(f"{section}.env_manager_cls", (), _when_used(_env_manager), "TrajEnvManager accepted"),
+        refuse(
+            f"{section}.agent_runner_cls",
+            "ROLL's agent runners (its proxy env manager) have no counterpart; hybrid's environments answer turns",
+            accept=(None,),
+        ),
         custom(
             f"{section}.max_env_step_concurrent",
             (f"{MULTI_TURN}.env_workers",),
