@@ -33,11 +33,15 @@ from hybrid.trainer_state import TrainerState
 
 
 class RunCheckpoints:
-    """`groups`: the trainer's worker groups ('actor_rollout', and 'critic' when it trains one)."""
+    """`groups`: the trainer's worker groups ('actor_rollout', and 'critic' when it trains one).
+    `lead=False`: a rank other than 0 of several ranks that each drive themselves (torchrun
+    SFT); it saves and loads its own shards, rank 0 alone makes, publishes and prunes the
+    folders and reports (its worker's save waits until rank 0 has made the temporary one)."""
 
-    def __init__(self, config, use_critic: bool):
+    def __init__(self, config, use_critic: bool, lead: bool = True):
         self.config = config
         self.use_critic = use_critic
+        self.lead = lead
         # Absolute: Ray workers do not share the driver's working directory.
         self.root = os.path.abspath(str(config.trainer.default_local_dir))
         self.last: tuple[int, str] | None = None  # (step, folder) of the newest checkpoint this run has
@@ -49,9 +53,10 @@ class RunCheckpoints:
 
         # Resolved first: a resume_from_path naming a partial folder is reported as partial.
         path = resume_checkpoint(self.config, self.use_critic)
-        remove_partial_checkpoints(self.root)  # never resumable, whatever the mode
+        if self.lead:
+            remove_partial_checkpoints(self.root)  # never resumable, whatever the mode
         if path is None:
-            if self.config.trainer.resume_mode == "auto":
+            if self.config.trainer.resume_mode == "auto" and self.lead:
                 say(f"checkpoint: no complete checkpoint under {self.root}; starting from step 0")
             return 0
         start = time.perf_counter()
@@ -61,7 +66,8 @@ class RunCheckpoints:
         # data.pt holds only plain values and CPU tensors, written by this driver.
         state.load_state_dict(torch.load(os.path.join(path, DATA_FILE), weights_only=True))
         self.last = (state.global_step, path)
-        say(f"checkpoint: resumed from {path} at step {state.global_step} in {time.perf_counter() - start:.2f} s")
+        if self.lead:
+            say(f"checkpoint: resumed from {path} at step {state.global_step} in {time.perf_counter() - start:.2f} s")
         return state.global_step
 
     def due(self, step: int, last_step: bool) -> bool:
@@ -88,8 +94,9 @@ class RunCheckpoints:
         step = int(state.global_step)
         final = step_dir(self.root, step)
         temp = final + PARTIAL_SUFFIX
-        shutil.rmtree(temp, ignore_errors=True)  # left by a crash at this very step
-        os.makedirs(temp)
+        if self.lead:
+            shutil.rmtree(temp, ignore_errors=True)  # left by a crash at this very step
+            os.makedirs(temp)
         groups["actor_rollout"].save_checkpoint(
             os.path.join(temp, "actor"), global_step=step, max_ckpt_to_keep=cfg.max_actor_ckpt_to_keep
         )
@@ -97,6 +104,9 @@ class RunCheckpoints:
             groups["critic"].save_checkpoint(
                 os.path.join(temp, "critic"), global_step=step, max_ckpt_to_keep=cfg.max_critic_ckpt_to_keep
             )
+        if not self.lead:
+            self.last = (step, final)
+            return time.perf_counter() - start
         torch.save(state.state_dict(), os.path.join(temp, DATA_FILE))
         publish(temp, final)
         write_tracker(self.root, step)

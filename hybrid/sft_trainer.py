@@ -14,12 +14,17 @@ and the data position; resume is `trainer.resume_mode` auto / resume_path / disa
 SIGTERM or Ctrl-C saves the last finished step before exiting. Metrics go to the loggers of
 `trainer.logger` (`file`: <default_local_dir>/metrics.jsonl).
 
-One process trains on one device; several ranks are not supported yet.
+Several ranks: `torchrun --nproc_per_node=N -m hybrid.sft_trainer ...`, verl's launch. Every
+rank runs this driver on the same data order and trains its share of each batch
+(workers/sft.py); rank 0 alone logs, shows the progress bar and creates, publishes and prunes
+the checkpoint folders, into which every rank writes its own shards. A stop signal is acted
+on when any rank has received one, by all ranks at the same step.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 
@@ -33,15 +38,12 @@ def run_sft(config) -> dict:
 
     select_device(config.trainer.device)
     config = resolve_default_assets(config)
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world != 1:
-        from hybrid.config.loading import ConfigError
-
-        raise ConfigError(
-            f"hybrid's SFT trainer runs on one device; this process was started as one of {world} ranks "
-            f"(WORLD_SIZE={world}); start it without torchrun or with --nproc_per_node=1"
-        )
     return SFTTrainer(config).fit()
+
+
+def is_lead() -> bool:
+    """Rank 0 of the ranks torchrun started (or the only process): it logs and reports."""
+    return int(os.environ.get("RANK", "0")) == 0
 
 
 class SFTTrainer:
@@ -51,6 +53,7 @@ class SFTTrainer:
         from workers.model_loading import load_tokenizer
 
         self.config = config
+        self.lead = is_lead()  # logs, shows progress and writes the run's folders
         data = config.data
         tokenizer = load_tokenizer(config.model.partial_pretrain, config.model.trust_remote_code)
         self.collate = make_collate(tokenizer.pad_token_id)
@@ -60,7 +63,7 @@ class SFTTrainer:
         self.loader = StatefulDataLoader(self.train_set, data.train_batch_size, sampler, collate_fn=self.collate)
         steps = config.trainer.total_training_steps
         self.total_steps = int(steps) if steps else len(self.loader) * config.trainer.total_epochs
-        say(
+        self.say(
             f"sft: {len(self.train_set)} train samples ({self.train_set.token_count()} tokens), "
             f"{len(self.val_set) if self.val_set else 0} validation; {len(self.loader)} steps per epoch, "
             f"{self.total_steps} steps"
@@ -70,16 +73,35 @@ class SFTTrainer:
         self.worker = SFTWorker(config, self.total_steps)
         self.worker.init_model()
 
+    def say(self, line: str) -> None:
+        if self.lead:
+            say(line)
+
     def validate(self) -> float | None:
+        """Token-mean loss over the whole validation set. Each data-parallel rank takes a
+        contiguous share; the last shares are topped up with a row that has no target token,
+        so every rank runs the same passes (FSDP2 gathers inside each forward)."""
         if self.val_set is None:
             return None
+        n, ranks = len(self.val_set), self.worker.dp_size
+        share = -(-n // ranks)
+        blank = {"input_ids": self.val_set[0]["input_ids"], "loss_mask": [0] * len(self.val_set[0]["input_ids"])}
+        mine = range(self.worker.dp_rank * share, (self.worker.dp_rank + 1) * share)
+        items = [self.val_set[i] if i < n else blank for i in mine]
         size = self.config.data.micro_batch * 8  # micro-batches of micro_batch rows inside
         total = count = 0.0
-        for start in range(0, len(self.val_set), size):
-            items = [self.val_set[i] for i in range(start, min(start + size, len(self.val_set)))]
-            batch_total, batch_count = self.worker.loss_sums(self.collate(items))
+        for start in range(0, len(items), size):
+            batch_total, batch_count = self.worker.loss_sums(self.collate(items[start : start + size]))
             total, count = total + batch_total, count + batch_count
         return total / max(count, 1.0)
+
+    def _stop_agreed(self) -> bool:
+        """Whether any rank was asked to stop (ranks can receive a signal steps apart)."""
+        if self.worker.world_size == 1:
+            return self.stop.requested
+        from workers.optimizer_step import all_reduce_max
+
+        return all_reduce_max(float(self.stop.requested)) > 0
 
     def fit(self) -> dict:
         import dataclasses
@@ -92,8 +114,9 @@ class SFTTrainer:
 
         cfg = self.config.trainer
         config = dataclasses.asdict(self.config)
-        self.tracker = Tracking(cfg.project_name, cfg.experiment_name, list(cfg.logger), config, cfg.default_local_dir)
-        self.checkpoints = RunCheckpoints(self.config.checkpoint_view, use_critic=False)
+        loggers = list(cfg.logger) if self.lead else []
+        self.tracker = Tracking(cfg.project_name, cfg.experiment_name, loggers, config, cfg.default_local_dir)
+        self.checkpoints = RunCheckpoints(self.config.checkpoint_view, use_critic=False, lead=self.lead)
         self.state = TrainerState(self.loader)
         self.groups = {"actor_rollout": self.worker}
         start = self.checkpoints.resume(self.state, self.groups)
@@ -108,7 +131,7 @@ class SFTTrainer:
 
         cfg = self.config.trainer
         summary: dict = {"first_loss": None, "last_loss": None, "val_loss": [], "tokens_per_s": []}
-        progress = tqdm(total=self.total_steps, initial=start, desc="sft", dynamic_ncols=True)
+        progress = tqdm(total=self.total_steps, initial=start, desc="sft", dynamic_ncols=True, disable=not self.lead)
         batches = iter(self.loader)
         for step in range(start + 1, self.total_steps + 1):
             try:
@@ -119,7 +142,8 @@ class SFTTrainer:
             self.state.global_step = step
             metrics = self._train_step(batch)
             last = step == self.total_steps
-            if cfg.test_freq > 0 and (step % cfg.test_freq == 0 or last) and not self.stop.requested:
+            stopping = self._stop_agreed()
+            if cfg.test_freq > 0 and (step % cfg.test_freq == 0 or last) and not stopping:
                 metrics["val/loss"] = self.validate()
                 summary["val_loss"].append((step, metrics["val/loss"]))
             self.tracker.log(metrics, step)
@@ -131,11 +155,12 @@ class SFTTrainer:
             summary["tokens_per_s"].append(metrics["perf/throughput"])
             progress.set_postfix(loss=f"{metrics['train/loss']:.4f}", refresh=False)
             progress.update(1)
-            if self.stop.requested:
+            if stopping:
                 progress.close()
                 saved = self.checkpoints.save_on_stop(self.state, self.groups)
                 self.tracker.finish()
-                raise RunStopped(self.stop.signum, step, self.total_steps, saved, cfg.save_freq)
+                signum = self.stop.signum if self.stop.requested else signal.SIGTERM  # another rank's
+                raise RunStopped(signum, step, self.total_steps, saved, cfg.save_freq)
         progress.close()
         self.tracker.finish()
         summary["steps"] = self.total_steps
@@ -175,6 +200,8 @@ def cli() -> None:
 
     with exit_on_error(), StopSignals(defer=False):
         summary = main()
+        if not is_lead():
+            return
         if summary and summary["first_loss"] is None:
             say(f"sft: nothing left to train (resumed at the last of {summary['steps']} steps)")
         elif summary:

@@ -1,4 +1,4 @@
-"""The SFT model on one rank: the actor's FSDP2 machinery with a cross-entropy loss.
+"""The SFT model on one rank of a run: the actor's FSDP2 machinery with a cross-entropy loss.
 
 Nothing here is a second training stack. The model is loaded and sharded by
 workers/model_loading.py (LoRA from workers/lora.py, gradient checkpointing, liger); the
@@ -8,6 +8,14 @@ the fused, chunked output layer where the model allows it); the update is the sh
 optimizer step (workers/optimizer_step.py: micro-batches whose gradients accumulate, each
 weighted by its share of the global loss tokens, clipping, one scheduler step per call);
 checkpoints are the actor's (workers/checkpoint.py), so the merge tool reads them.
+
+Several ranks (torchrun): FSDP2 shards the model over all of them (one 1-D mesh, as for the
+actor) and each data-parallel rank trains its contiguous share of every global batch. The
+loss weights are global (each micro-batch's share of the step's target tokens summed over
+all ranks, times the world size that FSDP's gradient average divides by), so the step equals
+the one-rank step on the whole batch. With `ulysses_sequence_parallel_size` = sp, sp
+consecutive ranks form a sequence-parallel group (workers/ulysses.py, the actor's): they hold
+the same rows (data-parallel ranks = world / sp) and split each packed row's tokens.
 
 An SFT sample is seen by that forward as a "response" that starts at the second token:
 `responses = input_ids[:, 1:]`, `response_mask = loss_mask[:, 1:]`, so each target token's
@@ -32,6 +40,9 @@ from workers.micro_batch import micro_batch_indices
 from workers.model_loading import load_hf_model, load_tokenizer, model_path_in_shm
 from workers.optimizer_step import MiniBatchCounts, OptimizerStep, UpdatePlan, all_reduce_sum
 from workers.response_head import uses_fused_head
+from workers.ulysses import check_heads, data_parallel_size, sequence_parallel_group
+
+SP_KEY = "ulysses_sequence_parallel_size"
 
 KEYS = ["input_ids", "attention_mask", "position_ids", "responses", "response_mask"]
 
@@ -98,6 +109,8 @@ class SFTWorker(Worker):
         from transformers import AutoModelForCausalLM
 
         self.tokenizer = load_tokenizer(path, model_cfg.trust_remote_code)
+        # Every rank builds every group, in the same order, before the model (as the actor worker does).
+        self.sp = sequence_parallel_group(self.config.ulysses_sequence_parallel_size, SP_KEY)
         fsdp = model_cfg.fsdp_config
         fsdp_view = _FSDPView(fsdp.mixed_precision)
         self.module, self.hf_config = load_hf_model(
@@ -112,12 +125,14 @@ class SFTWorker(Worker):
             lora_config=model_cfg if model_cfg.is_lora else None,
             offload_policy=fsdp.cpu_offload,
         )
+        if self.sp is not None:
+            check_heads(self.hf_config, self.sp.size, SP_KEY)
         params = [p for p in self.module.parameters() if p.requires_grad]
         self.optimizer = build_optimizer(params, optim)
         schedule = optim.lr_scheduler
         self.lr_scheduler = build_sft_scheduler(self.optimizer, schedule, optim.warmup_ratio, self.total_steps)
         self.actor = DataParallelPPOActor(
-            self.module, self.config.use_remove_padding, chunk_logits=uses_fused_head(None, self.module)
+            self.module, self.config.use_remove_padding, chunk_logits=uses_fused_head(None, self.module), sp=self.sp
         )
         self.step = OptimizerStep(self.module, self.optimizer, self.lr_scheduler, optim.clip_grad, prefix="train")
         tie = bool(getattr(self.hf_config, "tie_word_embeddings", False))
@@ -137,21 +152,40 @@ class SFTWorker(Worker):
 
     @property
     def micro_batching(self) -> MicroBatching:
-        return MicroBatching(self.config.data.micro_batch, False, self.config.data.max_length)
+        batching = MicroBatching(self.config.data.micro_batch, False, self.config.data.max_length)
+        return batching.for_model(False, self.sp)
+
+    @property
+    def dp_size(self) -> int:
+        return data_parallel_size(self.world_size, self.sp)
+
+    @property
+    def dp_rank(self) -> int:
+        """This rank's data-parallel group; the members of a sequence-parallel group share it."""
+        return self.rank // (self.sp.size if self.sp else 1)
+
+    def own_rows(self, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """This data-parallel rank's contiguous share of a batch (the batch's size divides by the
+        data-parallel size: the config's rule), without the padding columns no row of it uses."""
+        rows = tensors["input_ids"].shape[0] // self.dp_size
+        width = int(tensors["attention_mask"][self.dp_rank * rows : (self.dp_rank + 1) * rows].sum(-1).max())
+        return {k: v[self.dp_rank * rows : (self.dp_rank + 1) * rows, :width] for k, v in tensors.items()}
 
     def train_batch(self, tensors: dict[str, torch.Tensor]) -> dict[str, float]:
-        """One optimizer step on this rank's rows of the global batch; returns global metrics."""
-        data = sft_batch(tensors)
+        """One optimizer step on the global batch `tensors` (every rank is given the same), of
+        which this rank trains its own rows; returns the global metrics."""
+        data = sft_batch(self.own_rows(tensors))
         plan = UpdatePlan(
             samples_per_rank=len(data), epochs=1, shuffle=False, seed=0, micro=self.micro_batching, seq_level=False
         )
         metrics = self.step.run(data, KEYS, plan, _SFTLoss(self.actor))
-        metrics["train/tokens"] = all_reduce_sum([float(tensors["attention_mask"].sum())])[0]
+        metrics["train/tokens"] = float(tensors["attention_mask"].sum())
         return metrics
 
     @torch.no_grad()
     def loss_sums(self, tensors: dict[str, torch.Tensor]) -> tuple[float, float]:
-        """(sum of the target tokens' negative log-probs, their count) over every rank."""
+        """(sum of the target tokens' negative log-probs, their count) over every data-parallel
+        rank; `tensors` are this rank's rows (every rank runs as many calls, with as many rows)."""
         self.module.eval()
         data = sft_batch(tensors)
         batch = data.batch.to(current_device())
@@ -163,10 +197,14 @@ class SFTWorker(Worker):
             total -= float((log_probs * micro["response_mask"]).sum())
             count += float(micro["response_mask"].sum())
         total, count = all_reduce_sum([total, count])
-        return total, count
+        # The members of a sequence-parallel group each computed their group's rows.
+        group = self.sp.size if self.sp else 1
+        return total / group, count / group
 
     # The worker-group interface hybrid/checkpointing.RunCheckpoints calls.
     def save_checkpoint(self, local_path: str, global_step: int = 0, max_ckpt_to_keep=None) -> dict:
+        # Rank 0 makes the temporary folder before it calls this; the others wait for it here.
+        self.barrier()
         return self.checkpointer.save(local_path, global_step, self.config.trainer.checkpoint.save_contents)
 
     def load_checkpoint(self, local_path: str) -> dict:

@@ -6,9 +6,9 @@
 #   python examples/data_preprocess/gsm8k.py --input_dir ~/data/gsm8k_raw --local_dir ~/data/gsm8k
 #   bash examples/sft/gsm8k_sft_peft.sh 1 checkpoints/gsm8k-sft [key=value ...]
 #
-# hybrid's SFT trainer runs on one device: pass 1 as nproc_per_node. MODEL_PATH defaults to
-# verl's model name; point it at a local folder (no hub downloads here). TORCHRUN is the
-# launcher (default torchrun).
+# nproc_per_node ranks share each batch (FSDP2 over all of them; gloo on CPU). MODEL_PATH
+# defaults to verl's model name; point it at a local folder (no hub downloads here). TORCHRUN
+# is the launcher (default torchrun).
 set -euo pipefail
 
 if [ "$#" -lt 2 ]; then

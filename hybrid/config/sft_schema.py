@@ -192,23 +192,31 @@ class SFTConfig:
     data: SFTDataConfig
     model: SFTModelConfig
     optim: SFTOptimConfig
-    ulysses_sequence_parallel_size: Annotated[
-        int, Fixed((1,), "hybrid's SFT trainer has no sequence parallelism yet; use data parallel ranks")
-    ]
+    ulysses_sequence_parallel_size: PositiveInt  # consecutive ranks that split each packed row (workers/ulysses.py)
     use_remove_padding: bool
     trainer: SFTTrainerConfig
 
     def check(self, problems: Problems, world_size: int) -> None:
+        """`world_size`: the ranks torchrun started."""
         data = self.data
         betas = self.optim.betas
         if valid(betas) and (len(betas) != 2 or not all(0 <= b < 1 for b in betas)):
             problems.add(f"optim.betas={fmt(betas)} must be two numbers in [0, 1): [beta1, beta2]")
+        sp = self.ulysses_sequence_parallel_size
+        ranks = world_size
+        if valid(sp):
+            if world_size % sp:
+                problems.add(
+                    f"ulysses_sequence_parallel_size={sp} does not divide the {world_size} ranks started; make it "
+                    f"a divisor of torchrun's --nproc_per_node x --nnodes"
+                )
+            ranks = max(world_size // sp, 1)  # data-parallel ranks
         if valid(data.train_batch_size, data.micro_batch_size, data.micro_batch_size_per_gpu):
-            per_rank, rest = divmod(data.train_batch_size, world_size)
+            per_rank, rest = divmod(data.train_batch_size, ranks)
             if rest:
                 problems.add(
-                    f"data.train_batch_size={data.train_batch_size} is not divisible by the {world_size} "
-                    f"data-parallel ranks; make it a multiple of {world_size}"
+                    f"data.train_batch_size={data.train_batch_size} is not divisible by the {ranks} "
+                    f"data-parallel ranks; make it a multiple of {ranks}"
                 )
             elif per_rank % data.micro_batch:
                 key = "micro_batch_size" if data.micro_batch_size is not None else "micro_batch_size_per_gpu"
@@ -265,9 +273,11 @@ def load_sft_config(overrides: Sequence[str] = ()) -> DictConfig:
     return _compose(SFT_CONFIG_NAME, normalize_overrides(overrides, defaults))
 
 
-def typed_sft_config(cfg: DictConfig | dict, world_size: int = 1) -> SFTConfig:
-    """The checked, frozen SFT configuration; ConfigError lists every problem."""
+def typed_sft_config(cfg: DictConfig | dict, world_size: int | None = None) -> SFTConfig:
+    """The checked, frozen SFT configuration; ConfigError lists every problem. `world_size`:
+    the ranks that train (None: those torchrun started, WORLD_SIZE; 1 without torchrun)."""
     import importlib
+    import os
 
     if isinstance(cfg, dict):
         cfg = OmegaConf.create(cfg)
@@ -281,7 +291,7 @@ def typed_sft_config(cfg: DictConfig | dict, world_size: int = 1) -> SFTConfig:
     data, interpolated = resolved_container(cfg, problems)
     data.pop("hydra", None)
     config = build_section(SFTConfig, data, "", problems, interpolated)
-    config.check(problems, world_size)
+    config.check(problems, int(os.environ.get("WORLD_SIZE", "1")) if world_size is None else world_size)
     if problems:
         count = len(problems)
         header = f"invalid SFT configuration ({count} problem{'s' if count > 1 else ''}):"

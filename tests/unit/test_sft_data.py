@@ -136,8 +136,22 @@ def test_config_refuses_what_it_cannot_honour():
     assert "data.train_batch_size=6 gives 6 samples per rank, not a multiple of data.micro_batch_size_per_gpu=4" in text
     assert "model.fsdp_config.model_dtype='bf16' is not supported (hybrid keeps fp32 master weights" in text
     assert "data.balance_dp_token=True is not supported" in text
-    assert "ulysses_sequence_parallel_size=2 is not supported" in text
+    assert "ulysses_sequence_parallel_size=2 does not divide the 1 ranks started" in text
     assert "optim.lr_scheduler='linear'" in text
     assert "trainer.default_hdfs_dir='hdfs://x' is not supported" in text
     with pytest.raises(ConfigError, match="did you mean data.train_batch_size"):
         load_sft_config(["data.train_batchsize=8"])
+
+
+def test_config_splits_the_batch_over_data_parallel_ranks():
+    """Ranks = world / ulysses size; each data-parallel rank runs whole micro-batches."""
+    cfg = load_sft_config(["data.train_batch_size=12", "data.micro_batch_size_per_gpu=2"])
+    assert typed_sft_config(cfg, world_size=3).data.train_batch_size == 12  # 4 per rank
+    with pytest.raises(ConfigError, match=r"train_batch_size=12 gives 3 samples per rank, not a multiple of"):
+        typed_sft_config(cfg, world_size=4)
+    sp = load_sft_config(
+        ["data.train_batch_size=6", "data.micro_batch_size_per_gpu=2", "ulysses_sequence_parallel_size=2"]
+    )
+    assert typed_sft_config(sp, world_size=6).ulysses_sequence_parallel_size == 2  # 3 groups of 2 rows
+    with pytest.raises(ConfigError, match=r"ulysses_sequence_parallel_size=2 does not divide the 3 ranks started"):
+        typed_sft_config(sp, world_size=3)
