@@ -58,6 +58,13 @@ def _loggers() -> tuple[str, ...]:
     return tuple(SUPPORTED_BACKENDS)
 
 
+# Keys of the `trainer` section that the SFT trainer's (hybrid/config/sft_schema.py) has too,
+# typed once for both.
+Loggers = Annotated[tuple[Annotated[str, OneOf(_loggers)], ...], AsList()]
+ResumeMode = Annotated[str, OneOf(lambda: ("auto", "disable", "resume_path"))]
+Device = Annotated[str, OneOf(lambda: ("auto", "cuda", "cpu"))]
+
+
 # ---------------------------------------------------------------- data
 
 
@@ -175,18 +182,18 @@ class TrainerConfig:
     total_training_steps: OptionalPositiveInt
     project_name: str
     experiment_name: str
-    logger: Annotated[tuple[Annotated[str, OneOf(_loggers)], ...], AsList()]
+    logger: Loggers
     log_val_generations: Annotated[int, NonNegative()]
     nnodes: PositiveInt
     n_gpus_per_node: PositiveInt
     worker_group: Annotated[str, OneOf(lambda: ("auto", "ray", "local"))]
-    device: Annotated[str, OneOf(lambda: ("auto", "cuda", "cpu"))]
+    device: Device
     save_freq: int
     test_freq: int
     val_before_train: bool
     val_only: bool
     critic_warmup: Annotated[int, NonNegative()]
-    resume_mode: Annotated[str, OneOf(lambda: ("auto", "disable", "resume_path"))]
+    resume_mode: ResumeMode
     resume_from_path: str | None
     default_local_dir: str
     default_hdfs_dir: Annotated[

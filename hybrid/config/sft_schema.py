@@ -17,11 +17,10 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from hybrid.config.loading import ConfigError, _cached_default, _compose, check_override_keys, normalize_overrides
+from hybrid.config.schema import Device, Loggers, ResumeMode
 from hybrid.config.validate import resolved_container
-from hybrid.tracking import SUPPORTED_BACKENDS
 from protocol.config_schema import (
     Annotated,
-    AsList,
     Fixed,
     Fraction,
     NonNegative,
@@ -41,24 +40,12 @@ from workers.config.model import CheckpointConfig, WrapPolicyConfig
 SFT_CONFIG_NAME = "sft_trainer"
 
 
-def _loggers() -> tuple[str, ...]:
-    return tuple(SUPPORTED_BACKENDS)
-
-
 def _truncations() -> tuple[str, ...]:
     return ("error", "left", "right")
 
 
 def _schedulers() -> tuple[str, ...]:
     return ("cosine", "wsd")
-
-
-def _resume_modes() -> tuple[str, ...]:
-    return ("auto", "disable", "resume_path")
-
-
-def _devices() -> tuple[str, ...]:
-    return ("auto", "cuda", "cpu")
 
 
 def _dtypes() -> tuple[str, ...]:
@@ -174,17 +161,17 @@ class SFTTrainerConfig:
     experiment_name: str
     total_epochs: PositiveInt
     total_training_steps: OptionalPositiveInt
-    logger: Annotated[tuple[Annotated[str, OneOf(_loggers)], ...], AsList()]
+    logger: Loggers
     seed: int
     save_freq: int
     test_freq: int
     nnodes: PositiveInt
     n_gpus_per_node: PositiveInt
     max_ckpt_to_keep: int | None
-    resume_mode: Annotated[str, OneOf(_resume_modes)]
+    resume_mode: ResumeMode
     resume_from_path: str | None
     checkpoint: CheckpointConfig
-    device: Annotated[str, OneOf(_devices)]
+    device: Device
 
 
 @dataclass(frozen=True)
