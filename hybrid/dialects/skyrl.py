@@ -175,6 +175,29 @@ RULES = (
         accept=(None,),
     ),
     refuse("generator.rope_theta", "the engine uses the policy's model config (trainer.rope_theta)", accept=(None,)),
+    refuse(
+        "generator.vision_language_generator",
+        "hybrid's rollout is text only (SkyRL's SkyRLVLMGymGenerator feeds images to a vision-language model)",
+        accept=(False,),
+    ),
+    refuse(
+        "generator.inference_engine.enable_pd",
+        "no prefill/decode disaggregation: each hybrid engine does both",
+        accept=(False,),
+    ),
+    refuse("generator.inference_engine.num_prefill", "read only with enable_pd, which is refused", accept=(0,)),
+    *(
+        refuse(
+            key,
+            "hybrid loads a checkpoint whole (no switch to skip a multimodal model's vision encoder)",
+            accept=(False,),
+        )
+        for key in (
+            "trainer.policy.language_model_only",
+            "trainer.ref.language_model_only",
+            "generator.inference_engine.language_model_only",
+        )
+    ),
     # ---- inference engine (older spellings in ALIASES)
     choice(
         "generator.inference_engine.backend",

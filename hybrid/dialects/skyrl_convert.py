@@ -296,6 +296,20 @@ def _epochs(value: Any, ctx: Context) -> dict[str, Any]:
     return {"trainer.total_epochs": value, "trainer.total_training_steps": None}
 
 
+def _fsdp_size(verl_key: str):
+    """SkyRL's fsdp_size: ranks in one FSDP shard group; -1 or the whole training group is
+    full sharding, hybrid's only layout (-1). Another size stays as given, and hybrid's
+    config check refuses it with its reason."""
+
+    def convert(value: Any, ctx: Context) -> dict[str, Any]:
+        nodes = ctx.effective("trainer.placement.policy_num_nodes", "trainer.nnodes")
+        gpus = ctx.effective("trainer.placement.policy_num_gpus_per_node", "trainer.n_gpus_per_node")
+        whole = isinstance(nodes, int) and isinstance(gpus, int) and value == nodes * gpus
+        return {verl_key: -1 if whole else value}
+
+    return convert
+
+
 def _same_as_policy(policy_key: str, verl_key: str):
     def check(value: Any, ctx: Context) -> dict[str, Any]:
         policy = ctx.effective(policy_key, verl_key)

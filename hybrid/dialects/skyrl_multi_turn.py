@@ -30,7 +30,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hybrid.dialects.environments import ENV_KWARGS, MULTI_TURN, check_environment
+from hybrid.dialects.environments import (
+    ENV_KWARGS,
+    MULTI_TURN,
+    check_environment,
+    is_module_spec,
+    known_environments,
+)
 from hybrid.dialects.table import Context, Refusal, custom, flatten, refuse
 
 MAX_TURNS = "generator.max_turns"
@@ -46,7 +52,13 @@ SINGLE_TURN_ENVS = {
 }
 # Why a name hybrid does not know is not there, beyond the list of known names.
 ENV_HINTS = {
-    "llm_as_a_judge": "SkyRL's example environment is registered by its example's entry point, not by skyrl-gym",
+    name: f"SkyRL's example environment is registered by its example's entry point ({example}/main_{main}.py), "
+    f"not by skyrl-gym; name the class it registers, environment.env_class={example.replace('/', '.')}.{entry}, "
+    "from the SkyRL checkout"
+    for name, example, main, entry in (
+        ("llm_as_a_judge", "examples/train/llm_as_a_judge", "llm_judge", "llm_judge_env:GSM8kLLMJudgeEnv"),
+        ("multiply", "examples/train/multiply", "multiply", "env:MultiplyEnv"),
+    )
 }
 # SkyRL's defaults for the environment sections skyrl-gym's classes read (skyrl-gym's
 # Text2SQLEnvConfig and SearchEnvConfig). SkyRL hands an environment its whole section,
@@ -205,6 +217,10 @@ def _gym_section(value: Any, ctx: Context) -> dict[str, Any]:
         given = flatten(value or {})  # the whole section as one value
     else:
         raise Refusal("a section of keys (environment.skyrl_gym.<env_class>.<key>=value)")
+    if is_module_spec(str(ctx.get(ENV_CLASS, ""))) and env not in known_environments()[0]:
+        # env_class names an example's own class by module path; its section (SkyRL hands an
+        # environment cfg.environment.skyrl_gym[<id it was registered under>]) is the run's only one.
+        return {f"{ENV_KWARGS}.{k}": v for k, v in given.items()}
     written = {f"{ENV_KWARGS}.{env}.{k}": v for k, v in given.items()}
     # Defaults first: a leaf given inside a whole-section value replaces its default.
     return {**_gym_defaults(env, ctx), **written}
@@ -298,7 +314,9 @@ ENVIRONMENT_RULES = (
         "environment.skyrl_gym.<env_class>.*",
         (f"{ENV_KWARGS}.<env_class>.<key>",),
         _gym_section,
-        "same names below env_kwargs.<env_class>, with SkyRL's defaults for text2sql and search",
+        "same names below env_kwargs.<env_class>, with SkyRL's defaults for text2sql and search; with env_class "
+        "given as package.module:ClassName (an environment an example's entry module registers), the section "
+        "of the id it registers goes to env_kwargs itself",
         "each environment gets its own section; " + _service_note(),
     ),
 )

@@ -17,6 +17,7 @@ from hybrid.dialects.skyrl_convert import (
     _critic_path,
     _epochs,
     _fsdp_mixed_precision,
+    _fsdp_size,
     _fully_async,
     _hf_save_interval,
     _lists,
@@ -132,7 +133,13 @@ TRAINER_RULES = (
         note="FSDP2's CPUOffloadPolicy",
     ),
     same("trainer.policy.fsdp_config.reshard_after_forward", f"{ACTOR}.fsdp_config.reshard_after_forward"),
-    same("trainer.policy.fsdp_config.fsdp_size", f"{ACTOR}.fsdp_config.fsdp_size"),
+    custom(
+        "trainer.policy.fsdp_config.fsdp_size",
+        (f"{ACTOR}.fsdp_config.fsdp_size",),
+        _fsdp_size(f"{ACTOR}.fsdp_config.fsdp_size"),
+        "-1 or policy_num_nodes x policy_num_gpus_per_node -> -1 (full sharding); another size is refused",
+        "ranks in one FSDP shard group; the whole training group is full sharding, hybrid's layout",
+    ),
     custom(
         "trainer.policy.fsdp_config.mixed_precision.*",
         (f"{ACTOR}.fsdp_config.mixed_precision",),
@@ -159,7 +166,12 @@ TRAINER_RULES = (
     refuse("trainer.ref.fsdp_config.wrap_policy.*", "hybrid wraps every decoder layer"),
     same("trainer.critic.fsdp_config.cpu_offload", "critic.model.fsdp_config.offload_policy"),
     same("trainer.critic.fsdp_config.reshard_after_forward", "critic.model.fsdp_config.reshard_after_forward"),
-    same("trainer.critic.fsdp_config.fsdp_size", "critic.model.fsdp_config.fsdp_size"),
+    custom(
+        "trainer.critic.fsdp_config.fsdp_size",
+        ("critic.model.fsdp_config.fsdp_size",),
+        _fsdp_size("critic.model.fsdp_config.fsdp_size"),
+        "as the policy's",
+    ),
     custom(
         "trainer.critic.fsdp_config.mixed_precision.*",
         ("critic.model.fsdp_config.mixed_precision",),

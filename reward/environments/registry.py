@@ -5,7 +5,9 @@ Three sources, looked up in this order:
 1. `ENV_REGISTRY`: classes registered with `@register_env("name")` (the built-ins, and
    whatever a module named in `actor_rollout_ref.model.external_lib` registers);
 2. a file path and a class name, `path/to/my_env.py:MyEnv` (relative to the working
-   directory), loaded the way reward functions are;
+   directory), loaded the way reward functions are, or a module and a class name,
+   `package.module:MyEnv`, imported with the working directory on the path (as `python -m`
+   and skyrl-gym's registered entry points do);
 3. skyrl-gym's registry, when the `skyrl-gym` package is installed (the `env` extra):
    `gsm8k`, `gsm8k_multi_turn`, `aime`, `lcb`, `searchcode`, `text2sql`, `search`, and
    anything registered with `skyrl_gym.register`. Their classes are used unchanged.
@@ -15,7 +17,10 @@ An unknown name fails with every known name in the message.
 
 from __future__ import annotations
 
+import importlib
 import inspect
+import os
+import sys
 
 from reward.user_code import load_user_file
 
@@ -78,12 +83,37 @@ def _is_file_spec(name: str) -> bool:
     return bool(sep) and path.endswith(".py") and bool(class_name)
 
 
+def _is_module_spec(name: str) -> bool:
+    module, sep, class_name = name.partition(":")
+    return bool(sep) and all(part.isidentifier() for part in module.split(".")) and class_name.isidentifier()
+
+
+def load_env_from_module(spec: str) -> type:
+    """The class named by `package.module:ClassName`."""
+    module_name, _, class_name = spec.partition(":")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # where `python -m` finds modules; a Ray worker has not
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise ImportError(
+            f"{MULTI_TURN}.env_class: cannot import module {module_name!r} ({type(err).__name__}: {err}); "
+            f"run from the folder that holds it (working directory {os.getcwd()}) or add it to PYTHONPATH"
+        ) from err
+    cls = getattr(module, class_name, None)
+    if not inspect.isclass(cls) or not callable(getattr(cls, "step", None)):
+        raise TypeError(f"{MULTI_TURN}.env_class: {module_name} has no environment class {class_name!r} with step()")
+    return cls
+
+
 def get_env_cls(name: str) -> type:
     """The environment class for `name` (see the module docstring for the lookup order)."""
     if name in ENV_REGISTRY:
         return ENV_REGISTRY[name]
     if _is_file_spec(name):
         return load_env_from_file(name)
+    if _is_module_spec(name):
+        return load_env_from_module(name)
     registry = skyrl_registry()
     if registry is not None and name in registry:
         from skyrl_gym.envs.registration import load_env_creator

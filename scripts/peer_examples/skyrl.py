@@ -13,9 +13,10 @@ Which scripts are counted (`selected`), in this order; the first rule that appli
    ... python FILE.py`), else "no Python entry point (setup, cluster or container script)";
 2. that entry point trains with SkyRL's PPO loop: `skyrl.train.entrypoints.main_base` (or the
    older `skyrl_train.entrypoints.main_base`), or an example's own module that builds SkyRL's
-   `BasePPOExp` (directly or through another example's experiment class) or a `RayPPOTrainer`. Not: SFT (`main_sft`), the Tinker API server, an inference server
-   (`serve`), generation or evaluation only (`main_generate`, `main_harbor_generate`), data
-   preparation or a retrieval server (any other module);
+   `BasePPOExp` (directly or through another example's experiment class) or a
+   `RayPPOTrainer`. Not: SFT (`main_sft`), the Tinker API server, an inference server
+   (`serve`, `inference_servers`), generation or evaluation only (`main_generate`,
+   `main_harbor_generate`), data preparation or a retrieval server (any other module);
 3. `trainer.strategy` is not `megatron` (SkyRL's default is fsdp), else "Megatron strategy";
 4. `generator.inference_engine.backend` (or `generator.backend`) is not `sglang`, else "SGLang
    backend".
@@ -113,25 +114,21 @@ ENTRY_MODULES: dict[str, tuple] = {
         "refuse",
         "its own generator (Harbor trials)",
     ),
-    "examples.train_integrations.openenv.entrypoints.main_openenv": (
-        "refuse",
-        "its own environments (OpenEnv servers)",
-    ),
-    "examples.train_integrations.openreward.entrypoints.main_openreward": (
-        "refuse",
-        "its own environments (OpenReward)",
-    ),
     "examples.train_integrations.verifiers.entrypoints.main_verifiers": (
         "refuse",
         "its own generator (the verifiers library)",
     ),
 }
 # Entry modules that only register environments (read from their source, see registrations()).
+# (main_openreward also copies three OPENREWARD_* variables of the driver's environment into
+# its Ray task; hybrid's Ray workers on the driver's machine inherit that environment.)
 REGISTERS_ONLY = (
     "examples.train.multiply.main_multiply",
     "examples.train.llm_as_a_judge.main_llm_judge",
     "examples.train.geometry3k.geometry3k_entrypoint",
     "examples.train.visgym.entrypoint",
+    "examples.train_integrations.openenv.entrypoints.main_openenv",
+    "examples.train_integrations.openreward.entrypoints.main_openreward",
 )
 
 

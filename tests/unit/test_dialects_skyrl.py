@@ -289,7 +289,10 @@ def test_skyrl_refusals_are_all_listed_at_once_by_name_with_the_reason():
     "override, reason",
     [
         ("trainer.strategy=deepspeed", "DeepSpeed"),
-        ("environment.env_class=llm_as_a_judge", "entry point"),
+        (
+            "environment.env_class=llm_as_a_judge",
+            "environment.env_class=examples.train.llm_as_a_judge.llm_judge_env:GSM8kLLMJudgeEnv",
+        ),
         ("generator.max_turns=0", "a whole number >= 1"),
     ],
 )
