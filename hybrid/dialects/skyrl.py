@@ -264,6 +264,11 @@ RULES = (
         accept=(1,),
     ),
     ignore("generator.inference_engine.weight_sync_backend", f"no collective: {IN_PROCESS}"),
+    ignore(
+        "generator.inference_engine.delta_weight_sync.*",
+        "SkyRL's transport of checkpoint deltas through shared storage to engines of their own "
+        f"(weight_sync_backend=delta); the engines get the same weights: {IN_PROCESS}",
+    ),
     via(
         "generator.inference_engine.weight_transfer_threshold_cuda_ipc_GB",
         f"{ROLLOUT}.update_weights_bucket_megabytes",

@@ -370,7 +370,7 @@ def _colocate_all(value: Any, ctx: Context) -> dict[str, Any]:
     # SkyRL's trainer is chosen by its entry point: with only placement keys, the synchronous
     # one (generate with the current weights, then train); trainer.fully_async.* keys stand
     # for its fully async entry point, whose rule writes that schedule.
-    if not any(ctx.has(k) for k in FULLY_ASYNC_KEYS):
+    if not any(ctx.has(k) for k in FULLY_ASYNC_KEYS) and ctx.get("trainer.fully_async.enabled", False) is not True:
         if ctx.get("trainer.algorithm.dynamic_sampling.type", None) == "filter":
             raise Refusal(
                 "with the engines apart, hybrid runs SkyRL's synchronous trainer as one batch generated per step "
@@ -438,6 +438,18 @@ def _fully_async(value: Any, ctx: Context) -> dict[str, Any]:
                 shared=True,
             )
     return streamed(ahead=bound, bound=bound, require_batches=1, in_flight=workers)
+
+
+def _fully_async_enabled(value: Any, ctx: Context) -> dict[str, Any]:
+    """SkyRL's switch for its fully async trainer (which its fully async entry points assert)."""
+    if not isinstance(value, bool):
+        raise Refusal("true or false")
+    if value:
+        return _fully_async(value, ctx)
+    others = [k for k in ctx.given if k.startswith("trainer.fully_async.") and k != ctx.key]
+    if others:
+        raise Refusal(f"false with {', '.join(sorted(others))} given: say true, or leave those keys out")
+    return {}
 
 
 def _offload_after_step(verl_key: str):

@@ -19,6 +19,7 @@ from hybrid.dialects.skyrl_convert import (
     _fsdp_mixed_precision,
     _fsdp_size,
     _fully_async,
+    _fully_async_enabled,
     _hf_save_interval,
     _lists,
     _logger,
@@ -377,6 +378,35 @@ TRAINER_RULES = (
         "step; a step takes policy_mini_batch_size groups (train_batch_size must equal it, as SkyRL asserts). "
         "SkyRL continues a turn paused by a weight sync from its partial tokens, hybrid samples the aborted "
         "turn again on the new weights. Not given with the other key: SkyRL's default 4",
+    ),
+    custom(
+        "trainer.fully_async.enabled",
+        (
+            "async_training.mode",
+            "async_training.staleness_threshold",
+            "async_training.max_staleness_steps",
+            "async_training.trigger_parameter_sync_step",
+            "async_training.require_batches",
+            "async_training.partial_rollout",
+            "async_training.use_rollout_log_probs",
+        ),
+        _fully_async_enabled,
+        "true -> as trainer.fully_async.max_staleness_steps (SkyRL's default 4 when not given); false -> nothing "
+        "(refused with other trainer.fully_async.* keys)",
+        "SkyRL's fully async entry points require it",
+    ),
+    refuse(
+        "trainer.fully_async.clear_kv_cache_on_weight_sync",
+        "hybrid aborts a turn in flight at a weight sync and samples it again on the new weights with a fresh KV "
+        "cache (as true); it never reuses the KV cache of the older weights",
+        accept=(True,),
+    ),
+    refuse(
+        "trainer.max_training_steps",
+        "SkyRL stops at the smaller of trainer.epochs x steps per epoch and this; hybrid's "
+        "trainer.total_training_steps runs that many steps whatever the epochs (it cannot take the smaller of "
+        "the two before the data is read); give trainer.epochs alone",
+        accept=(None,),
     ),
     custom(
         "trainer.fully_async.num_parallel_generation_workers",

@@ -217,6 +217,30 @@ from tests.unit.test_dialects import REPO, SKYRL_SEED_EXAMPLE, A, skyrl, skyrl_e
             ["trainer.max_prompt_length=128", "generator.max_input_length=${trainer.max_prompt_length}"],
             {"data.max_prompt_length": 128},
         ),
+        # One FSDP shard group over the whole training group is full sharding (hybrid's -1).
+        (
+            [
+                "trainer.placement.policy_num_nodes=2",
+                "trainer.placement.policy_num_gpus_per_node=4",
+                "trainer.policy.fsdp_config.fsdp_size=8",
+                "trainer.critic.fsdp_config.fsdp_size=-1",
+            ],
+            {f"{A}.actor.fsdp_config.fsdp_size": -1, "critic.model.fsdp_config.fsdp_size": -1},
+        ),
+        (
+            ["trainer.placement.policy_num_nodes=2", "trainer.policy.fsdp_config.fsdp_size=8"],
+            {f"{A}.actor.fsdp_config.fsdp_size": 8},  # half the group: left for the config check to refuse
+        ),
+        # fully_async.enabled=true alone is SkyRL's fully async trainer at its default staleness 4.
+        (
+            [
+                "trainer.fully_async.enabled=true",
+                "trainer.placement.colocate_all=false",
+                "trainer.train_batch_size=8",
+                "trainer.policy_mini_batch_size=8",
+            ],
+            {"async_training.mode": "fully_async", "async_training.max_staleness_steps": 4},
+        ),
     ],
 )
 def test_skyrl_mapping(overrides, expected):
@@ -294,10 +318,19 @@ def test_skyrl_refusals_are_all_listed_at_once_by_name_with_the_reason():
             "environment.env_class=examples.train.llm_as_a_judge.llm_judge_env:GSM8kLLMJudgeEnv",
         ),
         ("generator.max_turns=0", "a whole number >= 1"),
+        ("trainer.max_training_steps=20", "smaller of trainer.epochs x steps per epoch"),
+        ("trainer.fully_async.clear_kv_cache_on_weight_sync=false", "never reuses the KV cache"),
+        ("generator.vision_language_generator=true", "text only"),
+        ("generator.inference_engine.enable_pd=true", "prefill/decode"),
+        ("trainer.policy.language_model_only=true", "vision encoder"),
+        (
+            "trainer.fully_async.enabled=false trainer.fully_async.max_staleness_steps=2",
+            "false with trainer.fully_async.max_staleness_steps given",
+        ),
     ],
 )
 def test_skyrl_refused_values(override, reason):
-    assert reason in skyrl_error(override)
+    assert reason in skyrl_error(*override.split())
 
 
 def test_skyrl_documents_at_least_twenty_refused_keys():
