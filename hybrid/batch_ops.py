@@ -118,8 +118,9 @@ def mask_truncated_responses(batch: DataProto, eos_token_ids: set[int]) -> float
 def mask_by_difficulty(batch: DataProto, low: float, high: float) -> float:
     """`algorithm.difficulty_mask` (ROLL's difficulty_mask): every response of a prompt group
     (one `uid`) whose mean score (token_level_scores summed per response: the reward before any
-    KL) is not strictly between `low` and `high` gets a response mask of zeros, so the group
-    leaves every loss, as ROLL's sample mask. The mask as it was is kept for
+    KL) is not strictly between `low` and `high` gets a response mask of zeros, so the group leaves
+    every loss, the KL in the reward and the advantage whitening, as ROLL's sample mask
+    (final_response_mask, which its advantages are computed with). The mask as it was is kept for
     `restore_response_mask`. Returns the share of responses kept (ROLL's difficulty_mask_ratio)."""
     tensors = batch.batch
     scores = tensors["token_level_scores"].sum(-1).float()

@@ -177,6 +177,10 @@ class PPOTrainer:
         difficulty = cfg.algorithm.difficulty_mask
         if difficulty.enable:
             metrics["actor/difficulty_mask_ratio"] = mask_by_difficulty(batch, difficulty.low, difficulty.high)
+        if (cfg.algorithm.mask_truncated_responses or difficulty.enable) and self._skip_if_all_masked(batch, metrics):
+            if bypass:
+                batch.pop(batch_keys=["old_log_probs"])  # as at the end of a step that trains
+            return batch
         with timed("adv", timing):
             if cfg.algorithm.use_kl_in_reward:
                 rewards, kl_metrics = kl_in_reward(
@@ -214,6 +218,22 @@ class PPOTrainer:
             batch.pop(batch_keys=["old_log_probs"])
         restore_response_mask(batch)  # the data metrics measure every response as generated
         return batch
+
+    @staticmethod
+    def _skip_if_all_masked(batch: DataProto, metrics: dict) -> bool:
+        """When the masks (mask_truncated_responses, difficulty_mask) leave no response in the
+        losses the step trains nothing, as ROLL skips such a step (its mask/final_mask_sum_eq_0):
+        no advantages to whiten, no update, no new weights. The step's metrics report zero
+        advantages and returns (nothing was learned) and every response as generated."""
+        empty = not bool(batch.batch["response_mask"].any())
+        metrics["mask/final_mask_sum_eq_0"] = float(empty)
+        if empty:
+            tensors = batch.batch
+            tensors["token_level_rewards"] = tensors["token_level_scores"]
+            tensors["advantages"] = torch.zeros_like(tensors["token_level_scores"])
+            tensors["returns"] = torch.zeros_like(tensors["token_level_scores"])
+            restore_response_mask(batch)
+        return empty
 
     def dump_batch(self, batch: DataProto) -> str:
         """trainer.dump_data_batch (SkyRL's): the step's training input, advantages included, as

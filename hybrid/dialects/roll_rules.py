@@ -368,7 +368,8 @@ RULES: tuple[Rule, ...] = (
         "same value into enable; low/high from difficulty_low_threshold / difficulty_high_threshold (ROLL's defaults "
         "0.0 and 1.0 where not given)",
         "every response of a prompt group whose mean score is not strictly between the bounds leaves the losses, "
-        "as ROLL's sample mask (hybrid also leaves it out of the advantage whitening of gae)",
+        "as ROLL's sample mask (its advantages and whitening see only the responses kept; a step where no response "
+        "is kept trains nothing, as ROLL skips it)",
     ),
     custom("difficulty_low_threshold", ("algorithm.difficulty_mask.low",), _difficulty, "read with difficulty_mask"),
     custom("difficulty_high_threshold", ("algorithm.difficulty_mask.high",), _difficulty, "read with difficulty_mask"),
@@ -508,7 +509,9 @@ RULES: tuple[Rule, ...] = (
         (f"{ROLLOUT}.<key>", f"{ROLLOUT}.engine_kwargs.vllm.<key>"),
         _engine_config,
         "gpu_memory_utilization, max_model_len, tensor_parallel_size, load_format, enforce_eager, "
-        "max_num_batched_tokens, max_num_seqs, enable_chunked_prefill -> rollout keys; others -> engine_kwargs.vllm",
+        "max_num_batched_tokens, max_num_seqs, enable_chunked_prefill -> rollout keys; sleep_level (1, 2) -> "
+        "free_cache_engine=true (2 also drops the weights between generations: memory only); VLLM_USE_V1 1 only; "
+        "others -> engine_kwargs.vllm",
     ),
     # ---- generation
     same("actor_infer.generating_args.max_new_tokens", "data.max_response_length"),

@@ -172,6 +172,16 @@ def _engine_config(value: Any, ctx: Context) -> dict[str, Any]:
         return {}
     if name in ("pipeline_parallel_size",) and value != 1:
         raise Refusal("hybrid's engine shards by tensor parallelism only")
+    if name == "sleep_level":
+        # ROLL's own (vllm_strategy pops it): what the engine frees after generating, 1 the KV cache,
+        # 2 the weights too (the weight sync brings them back): memory only, as free_cache_engine.
+        if value not in (1, 2):
+            raise Refusal("ROLL's sleep levels are 1 and 2")
+        return {f"{ROLLOUT}.free_cache_engine": True}
+    if name == "VLLM_USE_V1":
+        if str(value) != "1":
+            raise Refusal("hybrid's vLLM engine is V1")
+        return {}  # ROLL's own switch (vllm_strategy pops it): V1, the only engine hybrid runs
     if name in _ENGINE_KEYS:
         return {_ENGINE_KEYS[name]: value}
     return {f"{ROLLOUT}.engine_kwargs.vllm.{name}": value}

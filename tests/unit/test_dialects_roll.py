@@ -483,3 +483,26 @@ def test_roll_example_loads_and_validates():
     assert cfg.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu == 8
     assert cfg.trainer.total_training_steps == 30 and cfg.trainer.test_freq == 5
     assert cfg.actor_rollout_ref.rollout.val_kwargs.do_sample is False
+
+
+def test_a_step_whose_masks_leave_no_response_trains_nothing():
+    import torch
+
+    from hybrid.batch_ops import FULL_RESPONSE_MASK
+    from hybrid.trainer import PPOTrainer
+    from protocol.data_proto import DataProto
+
+    scores = torch.tensor([[0.0, 1.0], [0.0, 0.5]])
+    full = torch.ones(2, 2, dtype=torch.long)
+    batch = DataProto.from_dict(
+        {"token_level_scores": scores, "response_mask": torch.zeros_like(full), FULL_RESPONSE_MASK: full}
+    )
+    metrics = {}
+    assert PPOTrainer._skip_if_all_masked(batch, metrics) is True
+    assert metrics == {"mask/final_mask_sum_eq_0": 1.0}
+    assert batch.batch["advantages"].abs().sum() == 0 and batch.batch["returns"].abs().sum() == 0
+    assert batch.batch["response_mask"].tolist() == [[1, 1], [1, 1]]  # the data metrics see every response
+    kept = DataProto.from_dict({"token_level_scores": scores, "response_mask": torch.tensor([[0, 0], [1, 0]])})
+    metrics = {}
+    assert PPOTrainer._skip_if_all_masked(kept, metrics) is False
+    assert metrics == {"mask/final_mask_sum_eq_0": 0.0} and "advantages" not in kept.batch.keys()

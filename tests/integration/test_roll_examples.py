@@ -1,0 +1,100 @@
+"""One of ROLL's own RLVR example files (examples/qwen3-30BA3B-rlvr_fsdp2/rlvr_config.yaml, kept
+in tests/data/peer_examples/roll.json) trains two steps from the command line, as
+`python -m hybrid.main_ppo --roll-config FILE key=value ...`, with only the model, the data and
+the sizes changed in ROLL's own dotted keys (the tiny random model of tests/conftest.py, the
+arithmetic data in the example's `messages` column, one device, 4 prompts x 2 responses of 16
+tokens). Its REINFORCE++ with whitening, reward and advantage clips, dual clip, ROLL's
+max_len_mask and difficulty_mask, FSDP2 and vLLM settings go through as written.
+
+A random model never ends a response and never scores, so as written both of ROLL's masks leave
+no response in the losses and every step is skipped, as ROLL skips it (mask/final_mask_sum_eq_0);
+the second run turns the two masks off (ROLL keys again) to show the same file updating the
+policy."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+RLVR_EXAMPLE = "examples/qwen3-30BA3B-rlvr_fsdp2/rlvr_config.yaml"
+
+
+@pytest.fixture(scope="module")
+def rlvr_run(tiny_model_dir, tmp_path_factory):
+    """(the example file, its ROLL overrides for model, data and sizes)."""
+    import pandas as pd
+
+    from hybrid.arithmetic_task import write_arithmetic_parquet
+
+    root = tmp_path_factory.mktemp("roll")
+    kept = json.loads((REPO / "tests" / "data" / "peer_examples" / "roll.json").read_text())
+    example = next(e for e in kept["examples"] if e["path"] == RLVR_EXAMPLE)
+    assert example["selected"] and not example["defaults_files"]
+    path = root / example["path"]
+    path.parent.mkdir(parents=True)
+    path.write_text(example["text"])
+    files = write_arithmetic_parquet(root / "data", n_train=8, n_val=4, seed=4)
+    data = {}
+    for split in ("train", "val"):  # the example reads its prompts from a `messages` column
+        data[split] = root / f"{split}.jsonl"
+        pd.read_parquet(files[split]).rename(columns={"prompt": "messages"}).to_json(
+            data[split], orient="records", lines=True
+        )
+    overrides = [
+        f"pretrain={tiny_model_dir}",
+        f"reward_pretrain={tiny_model_dir}",
+        f"actor_train.data_args.file_name=[{data['train']}]",
+        f"validation.data_args.file_name=[{data['val']}]",
+        "num_gpus_per_node=1",
+        "actor_train.device_mapping=[0]",
+        "actor_infer.device_mapping=[0]",
+        "reference.device_mapping=[0]",
+        "actor_train.model_args.ulysses_size=1",
+        "reference.model_args.ulysses_size=1",
+        "actor_infer.strategy_args.strategy_config.tensor_parallel_size=1",
+        "actor_infer.num_gpus_per_worker=1",
+        "max_steps=2",
+        "rollout_batch_size=4",
+        "num_return_sequences_in_group=2",
+        "prompt_length=64",
+        "response_length=16",
+        "eval_steps=0",
+        "save_steps=0",
+    ]
+    return path, overrides
+
+
+def _train(path: Path, overrides: list[str], out: Path) -> list[dict]:
+    command = [sys.executable, "-m", "hybrid.main_ppo", "--roll-config", str(path), *overrides, f"output_dir={out}"]
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [s for s in steps if "timing_s/step" in s]
+    assert [s["step"] for s in steps] == [1, 2]
+    assert (out / "global_step_2" / "actor" / "huggingface").is_dir()  # ROLL saves the last step
+    return steps
+
+
+def test_roll_rlvr_example_as_written_skips_the_steps_its_masks_empty(rlvr_run, tmp_path):
+    path, overrides = rlvr_run
+    for step in _train(path, overrides, tmp_path / "run"):
+        assert step["response_length/truncated_masked_ratio"] == 1.0  # no response ends within 16 tokens
+        assert step["actor/difficulty_mask_ratio"] == 0.0  # every group scores 0: outside (0.1, 0.95)
+        assert step["mask/final_mask_sum_eq_0"] == 1.0
+        assert "actor/pg_loss" not in step  # nothing trained
+
+
+def test_roll_rlvr_example_trains_two_steps_without_its_masks(rlvr_run, tmp_path):
+    path, overrides = rlvr_run
+    steps = _train(path, [*overrides, "max_len_mask=false", "difficulty_mask=false"], tmp_path / "run")
+    for step in steps:
+        assert "mask/final_mask_sum_eq_0" not in step
+        assert math.isfinite(step["actor/pg_loss"]) and math.isfinite(step["actor/grad_norm"])
