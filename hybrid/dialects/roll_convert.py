@@ -21,8 +21,7 @@ REF = f"{ARR}.ref"
 MEGATRON = "the Megatron strategy: hybrid trains with FSDP2 only"
 DEEPSPEED = "the DeepSpeed strategy: hybrid trains with FSDP2 only"
 TRAINING_GROUP = (
-    "hybrid runs the reference and the critic in the training group, on actor_train's devices; "
-    "give them actor_train's device_mapping"
+    "hybrid runs the critic in the training group, on actor_train's devices; give it actor_train's device_mapping"
 )
 AGENTIC = (
     "a step-wise estimator of ROLL's agentic pipeline (one sample per environment step): hybrid estimates "
@@ -91,6 +90,10 @@ def _device_mapping(value: Any, ctx: Context) -> dict[str, Any]:
     if train is None:
         raise Refusal("hybrid places every role relative to actor_train; give actor_train.device_mapping too")
     train_ids = sorted(parse_devices(train))
+    if ctx.key == "reference.device_mapping" and train_ids != sorted(ids):
+        # The reference only computes log-probs of the initial policy: hybrid computes them in the
+        # training group, the same values; devices given to the reference alone stay unused.
+        return {}
     if ctx.key != "actor_infer.device_mapping":
         if train_ids != sorted(ids):
             raise Refusal(f"{TRAINING_GROUP} (actor_train.device_mapping={show(train)})")

@@ -361,6 +361,15 @@ def _device_rule(role: str) -> Rule:
             "disjoint: the engines (len / tensor_parallel_size of them) run in Ray actors on devices of their own "
             "beside the training group, as ROLL's disaggregated mode",
         )
+    if role == "reference":
+        return custom(
+            key,
+            ("trainer.nnodes", "trainer.n_gpus_per_node"),
+            _device_mapping,
+            "actor_train's: the training group; another: accepted, nothing written",
+            "hybrid computes the reference's log-probs in the training group, on actor_train's devices (the same "
+            "values); devices given to the reference alone stay unused",
+        )
     return custom(
         key,
         ("trainer.nnodes", "trainer.n_gpus_per_node"),

@@ -231,6 +231,11 @@ def roll_error(tmp_path: Path, text: str, *overrides: str) -> str:
             "actor_train:\n  model_args:\n    ulysses_size: 4\nreference:\n  model_args:\n    ulysses_size: 2\n",
             {f"{A}.actor.ulysses_sequence_parallel_size": 4, f"{A}.ref.ulysses_sequence_parallel_size": 4},
         ),
+        # a reference on devices of its own: computed in the training group (4 devices), the same log-probs
+        (
+            "actor_train:\n  device_mapping: list(range(0,4))\nreference:\n  device_mapping: list(range(4,8))\n",
+            {"trainer.n_gpus_per_node": 4, "trainer.nnodes": 1},
+        ),
         # ROLL's qwen2_5 template is its native one; qwen3 adds enable_thinking=True
         ("actor_train:\n  data_args:\n    template: qwen2_5\n", {}),
         (
@@ -411,8 +416,8 @@ def test_roll_documents_at_least_ten_refused_keys():
             "is not set",
         ),
         (
-            "actor_train:\n  device_mapping: list(range(0,4))\nreference:\n  device_mapping: list(range(4,8))\n",
-            "give them actor_train's device_mapping",
+            "actor_train:\n  device_mapping: list(range(0,4))\ncritic:\n  device_mapping: list(range(4,8))\n",
+            "runs the critic in the training group, on actor_train's devices; give it actor_train's device_mapping",
         ),
         ("pretrain: /a\nreference:\n  model_args:\n    model_name_or_path: /b\n", "initial policy"),
         ("actor_train:\n  model_args:\n    dtype: fp16\n", "supported: bf16, fp32"),
