@@ -463,6 +463,11 @@ RULES: tuple[Rule, ...] = (
     same("actor_train.model_args.lora_rank", f"{ARR}.model.lora_rank"),
     same("actor_train.model_args.lora_alpha", f"{ARR}.model.lora_alpha"),
     same("actor_train.model_args.lora_target", f"{ARR}.model.target_modules"),
+    refuse(
+        "actor_train.model_args.freeze_module_prefix",
+        "hybrid trains every parameter of the policy (no frozen modules; LoRA: model.lora_rank)",
+        accept=(None,),
+    ),
     refuse("actor_train.model_args.lora_dropout", "hybrid's LoRA has no dropout key", accept=(None, 0, 0.0)),
     refuse(
         "actor_train.pg_variant",
@@ -558,6 +563,8 @@ RULES: tuple[Rule, ...] = (
     # ---- validation
     via("validation.data_args.file_name", "data.val_files", _lists, "list of files"),
     custom("validation.data_args.template", (), _template, "as actor_train's"),
+    ignore("validation.data_args.dataset_dir", "file_name is read as given"),
+    ignore("validation.data_args.preprocessing_num_workers", "hybrid tokenises prompts as batches are drawn"),
     same("validation.data_args.prompt", "data.prompt_key"),
     same("validation.data_args.messages", "data.prompt_key"),
     same("validation.generating_args.temperature", f"{ROLLOUT}.val_kwargs.temperature"),

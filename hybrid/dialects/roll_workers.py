@@ -204,7 +204,11 @@ DEFAULT_WORKERS = {
 RULE_REWARD_WORKERS = ("MathRuleRewardWorker",)
 REWARD_WORKER_REFUSALS = {
     "CodeSandboxRewardWorker": "runs code in a sandbox: hybrid has none; write a custom_reward_function",
-    "LLMJudgeRewardWorker": "asks an LLM judge: use reward_model.* or a custom_reward_function",
+    "LLMJudgeRewardWorker": (
+        "ROLL's judge scores 1 when 'yes' appears anywhere in its lower-cased verdict (else 0), with a prompt "
+        "from ROLL's prompt_maps, on its domain's rows only; hybrid's judge (reward_model.judge.*, "
+        "docs/reward_loop.md) reads a verdict pattern on every row: set it up in verl keys"
+    ),
     "GeneralRuleRewardWorker": "no hybrid scorer for this rule; write a custom_reward_function",
     "IfEvalRuleRewardWorker": "instruction-following checks: no hybrid scorer; write a custom_reward_function",
     "CrossThinkQARuleRewardWorker": "no hybrid scorer for this rule; write a custom_reward_function",
