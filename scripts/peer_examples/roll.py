@@ -11,9 +11,11 @@ The other worker sections do not decide: a `reference` on `hf_infer`, `fsdp2_inf
 `megatron_infer`, a critic, a reward worker on `hf_infer` are part of the example and judged
 by the check like any other key. Every other file is kept with the reason it is not counted:
 a fragment that other files pull in through Hydra `defaults` (examples/config/*: environment
-lists, not launches), an empty file, a rollout-only pipeline (no actor_train), a pipeline that
-is not RL with a generating engine (SFT, DPO, distillation: no actor_infer), or a pipeline on
-another training strategy (megatron_train, deepspeed_train) or inference engine (sglang).
+lists, not launches), an empty file, a rollout-only pipeline (no actor_train, or an actor_train
+without a strategy in a file that the launch scripts beside it run only with a
+start_*_rollout_pipeline.py), a pipeline that is not RL with a generating engine (SFT, DPO,
+distillation: no actor_infer), or a pipeline on another training strategy (megatron_train,
+deepspeed_train) or inference engine (sglang).
 
 Kept per example: the file's text and the text of every file it pulls in through `defaults`
 (resolved relative to the file's folder, as ROLL's launcher resolves them with its config
@@ -24,6 +26,7 @@ relative paths and runs `check_argv(["--roll-config", path])`.
 from __future__ import annotations
 
 import posixpath
+import re
 import subprocess
 from pathlib import Path
 
@@ -61,13 +64,30 @@ def _strategy(data: dict, section: str) -> str | None:
     return (value.get("strategy_args") or {}).get("strategy_name")
 
 
-def _why_not(path: str, data: object, fragments: set[str]) -> str | None:
+_LAUNCH = re.compile(r"examples/(start_\w+_pipeline)\.py\b.*--config_name\s+([\w.-]+)")
+
+
+def _launchers(git_dir: Path, names: list[str]) -> dict[str, set[str]]:
+    """{example path: the start_*_pipeline scripts that the launch scripts in its folder run it with}."""
+    out: dict[str, set[str]] = {}
+    for script in [p for p in names if p.endswith(".sh")]:
+        for launcher, config in _LAUNCH.findall(_git(git_dir, "show", f"HEAD:{script}")):
+            out.setdefault(posixpath.join(posixpath.dirname(script), config + ".yaml"), set()).add(launcher)
+    return out
+
+
+def _why_not(path: str, data: object, fragments: set[str], launchers: set[str]) -> str | None:
     if path in fragments or path.startswith("examples/config/"):
         return "fragment pulled in through Hydra defaults (an environment list), not a pipeline file"
     if not data:
         return "empty file"
-    if "actor_train" not in data and "actor_infer" in data:
-        return "rollout-only pipeline (no actor_train: generates, does not train)"
+    rollout_only = (
+        launchers
+        and all(name.endswith("_rollout_pipeline") for name in launchers)
+        and _strategy(data, "actor_train") is None
+    )
+    if ("actor_train" not in data and "actor_infer" in data) or rollout_only:
+        return "rollout-only pipeline (no actor_train, or none with a strategy, run by start_*_rollout_pipeline.py)"
     if "actor_train" not in data or "actor_infer" not in data:
         return "not an RL pipeline with a generating engine (SFT, DPO or distillation: no actor_infer)"
     train, infer = _strategy(data, "actor_train"), _strategy(data, "actor_infer")
@@ -80,9 +100,9 @@ def _why_not(path: str, data: object, fragments: set[str]) -> str | None:
 
 def extract(git_dir: Path) -> dict:
     commit = _git(git_dir, "rev-parse", "HEAD").strip()
-    names = [
-        p for p in _git(git_dir, "ls-tree", "-r", "--name-only", "HEAD", "examples").split("\n") if p.endswith(".yaml")
-    ]
+    listed = _git(git_dir, "ls-tree", "-r", "--name-only", "HEAD", "examples").split("\n")
+    names = [p for p in listed if p.endswith(".yaml")]
+    launchers = _launchers(git_dir, listed)
     texts = {p: _git(git_dir, "show", f"HEAD:{p}") for p in names}
     parsed = {p: yaml.safe_load(t) for p, t in texts.items()}
     fragments = {f for p in names for f in _defaults_paths(p, parsed[p])}
@@ -96,7 +116,7 @@ def extract(git_dir: Path) -> dict:
             pulled[name] = texts.get(name)  # None: the file named is not in the repository
             if name in parsed:
                 todo += _defaults_paths(name, parsed[name])
-        why = _why_not(path, parsed[path], fragments)
+        why = _why_not(path, parsed[path], fragments, launchers.get(path, set()))
         examples.append(
             {"path": path, "selected": why is None, "why_not": why, "text": texts[path], "defaults_files": pulled}
         )
