@@ -82,6 +82,18 @@ _ENGINE_KEYS = (
 )
 
 
+def _expert_parallel(value: Any, ctx: Any) -> dict[str, Any]:
+    if value == 1:
+        return {}
+    tp = ctx.effective("generator.inference_engine.tensor_parallel_size", f"{ROLLOUT}.tensor_model_parallel_size")
+    if value != tp:
+        raise Refusal(
+            f"SkyRL requires data_parallel_size x tensor_parallel_size = expert_parallel_size; hybrid's engines have "
+            f"data_parallel_size 1, so expert_parallel_size must be 1 or tensor_parallel_size ({tp})"
+        )
+    return {f"{ROLLOUT}.engine_kwargs.vllm.enable_expert_parallel": True}
+
+
 def _http_endpoint(value: Any, ctx: Any) -> dict[str, Any]:
     if not isinstance(value, bool):
         raise Refusal("true or false")
@@ -253,10 +265,14 @@ RULES = (
         "hybrid's engine shards by tensor parallelism only",
         accept=(1,),
     ),
-    refuse(
+    custom(
         "generator.inference_engine.expert_parallel_size",
-        "hybrid's engine shards by tensor parallelism only",
-        accept=(1,),
+        (f"{ROLLOUT}.engine_kwargs.vllm.enable_expert_parallel",),
+        _expert_parallel,
+        "1: nothing; = tensor_parallel_size -> engine_kwargs.vllm.enable_expert_parallel=true; other sizes refused",
+        "SkyRL requires expert_parallel_size = data_parallel_size x tensor_parallel_size and passes vLLM "
+        "enable_expert_parallel; hybrid's engines have no data parallelism, so the experts are split over the "
+        "tensor-parallel group, as vLLM does",
     ),
     refuse(
         "generator.inference_engine.data_parallel_size",

@@ -51,14 +51,16 @@ SINGLE_TURN_ENVS = {
     "aime": "math scorer (last \\boxed{} answer): rows with data_source math, lighteval/MATH, HuggingFaceH4/MATH-500",
 }
 # Why a name hybrid does not know is not there, beyond the list of known names.
+# Environments SkyRL's examples register in their own entry points (skyrl_gym.register), by the
+# id their scripts use -> the class registered; hybrid names them by that module path.
+EXAMPLE_ENVS = {
+    "llm_as_a_judge": "examples.train.llm_as_a_judge.llm_judge_env:GSM8kLLMJudgeEnv",
+    "multiply": "examples.train.multiply.env:MultiplyEnv",
+}
 ENV_HINTS = {
-    name: f"SkyRL's example environment is registered by its example's entry point ({example}/main_{main}.py), "
-    f"not by skyrl-gym; name the class it registers, environment.env_class={example.replace('/', '.')}.{entry}, "
-    "from the SkyRL checkout"
-    for name, example, main, entry in (
-        ("llm_as_a_judge", "examples/train/llm_as_a_judge", "llm_judge", "llm_judge_env:GSM8kLLMJudgeEnv"),
-        ("multiply", "examples/train/multiply", "multiply", "env:MultiplyEnv"),
-    )
+    name: f"SkyRL's example environment is registered by its example's entry point, not by skyrl-gym; name the "
+    f"class it registers, environment.env_class={entry}, from the SkyRL checkout"
+    for name, entry in EXAMPLE_ENVS.items()
 }
 # SkyRL's defaults for the environment sections skyrl-gym's classes read (skyrl-gym's
 # Text2SQLEnvConfig and SearchEnvConfig). SkyRL hands an environment its whole section,
@@ -66,6 +68,7 @@ ENV_HINTS = {
 GYM_SECTION_DEFAULTS: dict[str, dict[str, Any]] = {
     "text2sql": {"db_path": "/home/ray/default/sql_data"},
     "search": {"log_requests": False, "search_url": "http://127.0.0.1:8000/retrieve", "topk": 3, "timeout": 30},
+    "llm_as_a_judge": {"model": "gpt-4o-mini", "base_url": None},  # SkyRL's GSM8kLLMJudgeEnvConfig
 }
 NEEDS_SERVICE = {
     "text2sql": "reads SQLite files under db_path (a missing database file stops the run, naming the file)",
@@ -195,11 +198,23 @@ def _gym_defaults(env: str, ctx: Context) -> dict[str, Any]:
     }
 
 
+def _flat_defaults(env: str, ctx: Context) -> dict[str, Any]:
+    """SkyRL's defaults of section `env` not given, for an environment named by module path
+    (its section is the run's env_kwargs itself)."""
+    return {
+        f"{ENV_KWARGS}.{leaf}": value
+        for leaf, value in GYM_SECTION_DEFAULTS.get(env, {}).items()
+        if not ctx.has(f"environment.skyrl_gym.{env}.{leaf}")
+    }
+
+
 def _env_class(value: Any, ctx: Context) -> dict[str, Any]:
     if not episodes(ctx):
         return {}  # a single-turn scorer name: hybrid's scorer for the row's data_source
     name = check_environment(value, ENV_HINTS.get(value, ""))
-    return {f"{MULTI_TURN}.env_class": name, **_episode_keys(ctx), **_gym_defaults(name, ctx)}
+    registered_as = [env for env, entry in EXAMPLE_ENVS.items() if entry == name]
+    defaults = _flat_defaults(registered_as[0], ctx) if registered_as else _gym_defaults(name, ctx)
+    return {f"{MULTI_TURN}.env_class": name, **_episode_keys(ctx), **defaults}
 
 
 def _env_workers(value: Any, ctx: Context) -> dict[str, Any]:
@@ -220,7 +235,7 @@ def _gym_section(value: Any, ctx: Context) -> dict[str, Any]:
     if is_module_spec(str(ctx.get(ENV_CLASS, ""))) and env not in known_environments()[0]:
         # env_class names an example's own class by module path; its section (SkyRL hands an
         # environment cfg.environment.skyrl_gym[<id it was registered under>]) is the run's only one.
-        return {f"{ENV_KWARGS}.{k}": v for k, v in given.items()}
+        return {**_flat_defaults(env, ctx), **{f"{ENV_KWARGS}.{k}": v for k, v in given.items()}}
     written = {f"{ENV_KWARGS}.{env}.{k}": v for k, v in given.items()}
     # Defaults first: a leaf given inside a whole-section value replaces its default.
     return {**_gym_defaults(env, ctx), **written}

@@ -231,6 +231,27 @@ from tests.unit.test_dialects import REPO, SKYRL_SEED_EXAMPLE, A, skyrl, skyrl_e
             ["trainer.placement.policy_num_nodes=2", "trainer.policy.fsdp_config.fsdp_size=8"],
             {f"{A}.actor.fsdp_config.fsdp_size": 8},  # half the group: left for the config check to refuse
         ),
+        # Expert parallelism: SkyRL's ep = dp x tp with dp 1 is vLLM's experts over the tensor-parallel group.
+        (
+            ["generator.inference_engine.tensor_parallel_size=2", "generator.inference_engine.expert_parallel_size=2"],
+            {f"{A}.rollout.engine_kwargs.vllm.enable_expert_parallel": True},
+        ),
+        # SkyRL's llm_as_a_judge example environment named by the class its entry point registers:
+        # its section, with SkyRL's defaults (GSM8kLLMJudgeEnvConfig) for the leaves not given.
+        (
+            [
+                "environment.env_class=examples.train.llm_as_a_judge.llm_judge_env:GSM8kLLMJudgeEnv",
+                "environment.skyrl_gym.llm_as_a_judge.model=judge-model",
+            ],
+            {
+                f"{A}.rollout.multi_turn.env_kwargs.model": "judge-model",
+                f"{A}.rollout.multi_turn.env_kwargs.base_url": None,
+            },
+        ),
+        (
+            ["environment.env_class=examples.train.llm_as_a_judge.llm_judge_env:GSM8kLLMJudgeEnv"],
+            {f"{A}.rollout.multi_turn.env_kwargs.model": "gpt-4o-mini"},
+        ),
         # fully_async.enabled=true alone is SkyRL's fully async trainer at its default staleness 4.
         (
             [
@@ -319,6 +340,10 @@ def test_skyrl_refusals_are_all_listed_at_once_by_name_with_the_reason():
         ),
         ("generator.max_turns=0", "a whole number >= 1"),
         ("trainer.max_training_steps=20", "smaller of trainer.epochs x steps per epoch"),
+        (
+            "generator.inference_engine.tensor_parallel_size=2 generator.inference_engine.expert_parallel_size=4",
+            "expert_parallel_size must be 1 or tensor_parallel_size (2)",
+        ),
         ("trainer.fully_async.clear_kv_cache_on_weight_sync=false", "never reuses the KV cache"),
         ("generator.vision_language_generator=true", "text only"),
         ("generator.inference_engine.enable_pd=true", "prefill/decode"),
