@@ -19,34 +19,26 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 
 import pytest
 import torch
 
+from tests.integration.sft_helpers import REPO, one_thread_env, tiny_sft_run, torchrun
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STEPS = 3
 LOSS_RTOL, GRAD_NORM_RTOL, PARAM_ATOL = 1e-6, 1e-4, 1e-5
 
 
 @pytest.fixture(scope="module")
 def common(tmp_path_factory, tiny_model_dir):
-    from hybrid.sft_data import write_arithmetic_sft_parquet
-
-    files = write_arithmetic_sft_parquet(tmp_path_factory.mktemp("sft_data"), n_train=64, n_val=16)
     return [
-        f"model.partial_pretrain={tiny_model_dir}",
-        f"data.train_files={files['train']}",
-        f"data.val_files={files['val']}",
+        *tiny_sft_run(tmp_path_factory.mktemp("sft_data"), tiny_model_dir, n_train=64, n_val=16),
         "data.train_batch_size=8",
         "data.micro_batch_size_per_gpu=2",
-        "model.enable_gradient_checkpointing=false",
         "model.fsdp_config.mixed_precision=fp32",
         "optim.lr=1e-3",
-        "trainer.logger=[file]",
-        "trainer.device=cpu",
         f"trainer.total_training_steps={STEPS}",
         "trainer.save_freq=2",
         "trainer.test_freq=2",
@@ -65,17 +57,8 @@ def one_rank(common, tmp_path_factory):
 
 
 def _torchrun(out, common, *overrides) -> str:
-    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    command = [torchrun, "--standalone", "--nnodes=1", "--nproc_per_node=2", "-m", "hybrid.sft_trainer"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(
-        [*command, *common, f"trainer.default_local_dir={out}", *overrides],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    command = [*torchrun(2), *common, f"trainer.default_local_dir={out}", *overrides]
+    done = subprocess.run(command, cwd=REPO, env=one_thread_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout + done.stderr
 

@@ -16,26 +16,18 @@ import time
 import pytest
 import torch
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+from tests.integration.sft_helpers import REPO, one_thread_env, tiny_sft_run, torchrun
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 LONG = 500  # steps: far more than run before the signal arrives
 
 
 @pytest.fixture(scope="module")
 def overrides(tmp_path_factory, tiny_model_dir):
-    from hybrid.sft_data import write_arithmetic_sft_parquet
-
-    files = write_arithmetic_sft_parquet(tmp_path_factory.mktemp("sft_data"), n_train=32, n_val=8)
     return [
-        f"model.partial_pretrain={tiny_model_dir}",
-        f"data.train_files={files['train']}",
-        "data.val_files=null",
+        *tiny_sft_run(tmp_path_factory.mktemp("sft_data"), tiny_model_dir, n_train=32, n_val=0),
         "data.train_batch_size=4",
         "data.micro_batch_size_per_gpu=2",
-        "model.enable_gradient_checkpointing=false",
-        "trainer.logger=[file]",
-        "trainer.device=cpu",
         "trainer.save_freq=1000",  # > 0: checkpointing on, but only the stop saves
     ]
 
@@ -51,12 +43,7 @@ def _start_and_stop(command: list[str], out, pick=lambda proc: proc.pid) -> tupl
     """Start the job, send SIGTERM to `pick(process)` once two steps are logged; (result, the
     last step logged)."""
     proc = subprocess.Popen(
-        command,
-        cwd=REPO,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+        command, cwd=REPO, env=one_thread_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     deadline = time.monotonic() + 120
     while len(_steps_logged(out)) < 2:
@@ -108,9 +95,7 @@ def test_sigterm_to_one_rank_stops_both_at_the_same_step(overrides, tmp_path):
         raise AssertionError("torchrun started no rank 1")
 
     out = tmp_path / "run"
-    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
-    command = [torchrun, "--standalone", "--nnodes=1", "--nproc_per_node=2", "-m", "hybrid.sft_trainer"]
-    command += [*overrides, f"trainer.default_local_dir={out}", f"trainer.total_training_steps={LONG}"]
+    command = [*torchrun(2), *overrides, f"trainer.default_local_dir={out}", f"trainer.total_training_steps={LONG}"]
     done, step = _start_and_stop(command, out, rank_1)
     assert done.returncode != 0
     assert f"stopped by SIGTERM after step {step} of {LONG}; checkpoint: {out}/global_step_{step}" in done.stdout
