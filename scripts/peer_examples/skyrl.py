@@ -265,7 +265,9 @@ def check(example: dict, workdir: Path) -> tuple[str, str]:
             # way, from its module path (run from the SkyRL checkout, as `uv run -m examples...`).
             argv[i] = f"{key}={registered[value.strip(chr(39) + chr(34))]}"
         elif key == "environment.env_class" and entry in REGISTERS_ONLY and value not in registered:
-            return REFUSED, (
+            # What hybrid refuses in the rest of the line comes first; else the registration.
+            status, reason = check_argv(["--dialect", "skyrl", *(a for a in argv if a != arg)])
+            return REFUSED, reason if status == REFUSED else (
                 f"entry module {entry}: registers environment {value!r} in a way this check cannot read "
                 f"(not a register(id=..., entry_point=...) call with literal arguments)"
             )
