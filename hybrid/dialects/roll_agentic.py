@@ -71,7 +71,28 @@ def _max_steps(value: Any, ctx: Context) -> dict[str, Any]:
     return {f"{MULTI_TURN}.enable": True, f"{MULTI_TURN}.max_assistant_turns": turns}
 
 
+MAX_NEW_TOKENS = "actor_infer.generating_args.max_new_tokens"
+
+
+def _agentic(ctx: Context) -> bool:
+    return any(key.startswith("custom_envs.") for key in ctx.given)
+
+
 def _tokens_per_step(value: Any, ctx: Context) -> dict[str, Any]:
+    # ROLL's env manager caps each turn at min(max_tokens_per_step, generating_args.max_new_tokens, what is left)
+    turn = _whole(value, "tokens per model turn")
+    cap = ctx.get(MAX_NEW_TOKENS, None)
+    turn = min(turn, cap) if isinstance(cap, int) and not isinstance(cap, bool) else turn
+    return {f"{MULTI_TURN}.enable": True, f"{MULTI_TURN}.max_tokens_per_turn": turn}
+
+
+def _max_new_tokens(value: Any, ctx: Context) -> dict[str, Any]:
+    """actor_infer.generating_args.max_new_tokens: the response budget (RLVR); in the agentic
+    pipeline a cap on each turn, which custom_envs' max_tokens_per_step rule applies."""
+    if not _agentic(ctx):
+        return {"data.max_response_length": value}
+    if any(key.endswith(".max_tokens_per_step") and key.startswith("custom_envs.") for key in ctx.given):
+        return {}
     return {f"{MULTI_TURN}.enable": True, f"{MULTI_TURN}.max_tokens_per_turn": _whole(value, "tokens per model turn")}
 
 

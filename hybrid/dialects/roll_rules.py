@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from hybrid.dialects.asynchronous import SCHEDULE_KEYS
-from hybrid.dialects.roll_agentic import AGENTIC_RULES
+from hybrid.dialects.roll_agentic import AGENTIC_RULES, _max_new_tokens
 from hybrid.dialects.roll_convert import (
     ACTOR,
     ARR,
@@ -519,7 +519,14 @@ RULES: tuple[Rule, ...] = (
         "others -> engine_kwargs.vllm",
     ),
     # ---- generation
-    same("actor_infer.generating_args.max_new_tokens", "data.max_response_length"),
+    custom(
+        "actor_infer.generating_args.max_new_tokens",
+        ("data.max_response_length", "actor_rollout_ref.rollout.multi_turn.max_tokens_per_turn"),
+        _max_new_tokens,
+        "same value into data.max_response_length; with custom_envs (the agentic pipeline) a cap on each turn, read "
+        "with custom_envs.<tag>.max_tokens_per_step",
+        "ROLL's agentic env manager generates min(max_tokens_per_step, max_new_tokens, what is left) per turn",
+    ),
     same("actor_infer.generating_args.temperature", f"{ROLLOUT}.temperature"),
     same("actor_infer.generating_args.top_p", f"{ROLLOUT}.top_p"),
     same("actor_infer.generating_args.top_k", f"{ROLLOUT}.top_k"),

@@ -339,7 +339,7 @@ def test_roll_custom_envs_map_onto_multi_turn(tmp_path):
         f"{MT}.enable": True,
         f"{MT}.env_class": "arithmetic_retry",
         f"{MT}.max_assistant_turns": 4,
-        f"{MT}.max_tokens_per_turn": 64,
+        f"{MT}.max_tokens_per_turn": 48,  # min(max_tokens_per_step 64, the example's max_new_tokens 48)
         f"{MT}.env_workers": 6,
         f"{MT}.env_kwargs.arithmetic_retry.max_attempts": 4,
     }
@@ -398,6 +398,6 @@ def test_roll_agentic_line_passes_typed_validation(tmp_path):
     cfg = build_config(translate_argv(["--roll-config", str(path), "max_steps=3"]))
     mt = cfg.actor_rollout_ref.rollout.multi_turn
     assert mt.enable is True and mt.env_class == "arithmetic_retry"
-    assert mt.max_assistant_turns == 4 and mt.max_tokens_per_turn == 64 and mt.env_workers == 6
+    assert mt.max_assistant_turns == 4 and mt.max_tokens_per_turn == 48 and mt.env_workers == 6
     assert mt.env_kwargs == {"arithmetic_retry": {"max_attempts": 4}}
     assert cfg.trainer.total_training_steps == 3

@@ -272,6 +272,24 @@ def roll_error(tmp_path: Path, text: str, *overrides: str) -> str:
                 "trainer.worker_env_vars.WANDB_TAGS": "a,b",
             },
         ),
+        # ROLL's own vLLM settings, popped before the engine starts
+        (
+            "actor_infer:\n  strategy_args:\n    strategy_name: vllm\n    strategy_config:\n      sleep_level: 2\n"
+            "      VLLM_USE_V1: 1\n      block_size: 16\n",
+            {f"{A}.rollout.free_cache_engine": True, f"{A}.rollout.engine_kwargs.vllm.block_size": 16},
+        ),
+        # the agentic pipeline: max_new_tokens caps each turn with max_tokens_per_step (the smaller wins)
+        (
+            "actor_infer:\n  generating_args:\n    max_new_tokens: 32\n"
+            "custom_envs:\n  R:\n    env_type: arithmetic_retry\n    max_steps: 2\n    max_tokens_per_step: 64\n",
+            {f"{A}.rollout.multi_turn.max_tokens_per_turn": 32, "data.max_response_length": 48},
+        ),
+        (
+            "actor_infer:\n  generating_args:\n    max_new_tokens: 32\n"
+            "custom_envs:\n  R:\n    env_type: arithmetic_retry\n    max_steps: 2\n",
+            {f"{A}.rollout.multi_turn.max_tokens_per_turn": 32},
+        ),
+        ("actor_infer:\n  generating_args:\n    max_new_tokens: 48\n", {"data.max_response_length": 48}),
         # ROLL's FSDP2 shard layout settings compute the same values
         (
             "actor_train:\n  strategy_args:\n    strategy_name: fsdp2_train\n    strategy_config:\n"
@@ -420,6 +438,11 @@ def test_roll_documents_at_least_ten_refused_keys():
             "runs the critic in the training group, on actor_train's devices; give it actor_train's device_mapping",
         ),
         ("pretrain: /a\nreference:\n  model_args:\n    model_name_or_path: /b\n", "initial policy"),
+        ("actor_train:\n  model_args:\n    freeze_module_prefix: model.visual\n", "no frozen modules"),
+        (
+            "actor_infer:\n  strategy_args:\n    strategy_name: vllm\n    strategy_config:\n      VLLM_USE_V1: 0\n",
+            "hybrid's vLLM engine is V1",
+        ),
         ("actor_train:\n  model_args:\n    dtype: fp16\n", "supported: bf16, fp32"),
         ("track_with: swanlab\n", "supported: tensorboard, wandb, stdout"),
     ],
