@@ -97,8 +97,6 @@ class SFTTrainer:
 
     def _stop_agreed(self) -> bool:
         """Whether any rank was asked to stop (ranks can receive a signal steps apart)."""
-        if self.worker.world_size == 1:
-            return self.stop.requested
         from workers.optimizer_step import all_reduce_max
 
         return all_reduce_max(float(self.stop.requested)) > 0
