@@ -418,12 +418,13 @@ def _ref_model_path(value: Any, ctx: Context) -> dict[str, Any]:
 # ROLL's chat templates (roll/datasets/chat_template.py) that are the tokenizer's own: `native` and
 # `qwen2_5` call tokenizer.apply_chat_template as it is; `qwen3` adds enable_thinking=True.
 _TEMPLATES = {"native": {}, "qwen2_5": {}, "qwen3": {"data.apply_chat_template_kwargs.enable_thinking": True}}
-TEMPLATE_KEYS = tuple(
-    f"{section}.data_args.template" for section in ("actor_train", "actor_infer", "reference", "critic", "validation")
-)
+ROLL_TEMPLATES = ("native", "qwen2_5", "qwen3", "chatml", "base", "empty", "longCOT_qwen2.5", "longcot_V3")
 
 
 def _template(value: Any, ctx: Context) -> dict[str, Any]:
+    """The template ROLL's RLVR pipeline encodes prompts with: global_template, else actor_train's."""
+    if ctx.key != "global_template" and ctx.get("global_template", None) is not None:
+        return {}  # global_template replaces it
     if value is None:
         return {}
     if value not in _TEMPLATES:
@@ -431,15 +432,15 @@ def _template(value: Any, ctx: Context) -> dict[str, Any]:
             f"{NATIVE_TEMPLATE}: ROLL's native, qwen2_5 (the same) and qwen3 (the same with enable_thinking=True) "
             f"map; {value} renders prompts its own way"
         )
-    given = {key: ctx.get(key) for key in TEMPLATE_KEYS if ctx.get(key, None) in _TEMPLATES}
-    if len({repr(_TEMPLATES[v]) for v in given.values()}) > 1:
-        listed = ", ".join(f"{key}={v}" for key, v in given.items())
-        raise Refusal(
-            f"hybrid renders training and validation prompts with one template; these differ in enable_thinking: "
-            f"{listed}",
-            shared=True,
-        )
     return dict(_TEMPLATES[value])
+
+
+def _unread_template(value: Any, ctx: Context) -> dict[str, Any]:
+    # ROLL's RLVR pipeline encodes every prompt with global_template or actor_train's template; the
+    # other sections' templates are not read for the policy's prompts.
+    if value is None or value in ROLL_TEMPLATES:
+        return {}
+    raise Refusal(f"not one of ROLL's chat templates ({', '.join(ROLL_TEMPLATES)})")
 
 
 def _difficulty(value: Any, ctx: Context) -> dict[str, Any]:
@@ -505,4 +506,4 @@ def _interleave(value: Any, ctx: Context) -> dict[str, Any]:
     )
 
 
-__all__ = ["ACTOR", "ARR", "REF", "ROLLOUT", "TEMPLATE_KEYS", "parse_devices"]
+__all__ = ["ACTOR", "ARR", "REF", "ROLLOUT", "parse_devices"]

@@ -239,7 +239,12 @@ def roll_error(tmp_path: Path, text: str, *overrides: str) -> str:
         # ROLL's qwen2_5 template is its native one; qwen3 adds enable_thinking=True
         ("actor_train:\n  data_args:\n    template: qwen2_5\n", {}),
         (
-            "actor_train:\n  data_args:\n    template: qwen3\nvalidation:\n  data_args:\n    template: qwen3\n",
+            "actor_train:\n  data_args:\n    template: qwen3\nvalidation:\n  data_args:\n    template: qwen2_5\n",
+            {"data.apply_chat_template_kwargs.enable_thinking": True},
+        ),
+        # ROLL encodes prompts with global_template when given, actor_train's template else
+        (
+            "global_template: qwen3\nactor_train:\n  data_args:\n    template: base\n",
             {"data.apply_chat_template_kwargs.enable_thinking": True},
         ),
         (
@@ -423,11 +428,9 @@ def test_roll_documents_at_least_ten_refused_keys():
             "not a whole number of groups of num_return_sequences_in_group=4",
         ),
         ("actor_train:\n  data_args:\n    template: chatml\n", "chatml renders prompts its own way"),
-        (
-            "actor_train:\n  data_args:\n    template: qwen3\nvalidation:\n  data_args:\n    template: qwen2_5\n",
-            "these differ in enable_thinking: actor_train.data_args.template=qwen3, "
-            "validation.data_args.template=qwen2_5",
-        ),
+        ("validation:\n  data_args:\n    template: mine\n", "not one of ROLL's chat templates"),
+        ("global_template: base\n", "base renders prompts its own way"),
+        ("tag_to_template:\n  math: qwen3\n", "ROLL's per-tag templates"),
         (
             "track_with: wandb\ntracker_kwargs:\n  api_key: ${oc.env:ROLL_TEST_UNSET_KEY}\n",
             "tracker_kwargs.api_key=${oc.env:ROLL_TEST_UNSET_KEY}: the environment variable ROLL_TEST_UNSET_KEY "
