@@ -18,7 +18,8 @@ devices), which reference and critic share; actor_infer either shares it too (co
 devices of its own (disjoint: hybrid's engines in their own actors, with the schedule of
 `async_generation_ratio`: in turn at 0, streamed ahead of training above). The agentic pipeline's multi-turn
 keys (custom_envs, the env managers) are in roll_agentic.py; the converters the rules call
-are in roll_convert.py, the worker sections' rules in roll_workers.py, the rule table in roll_rules.py.
+are in roll_convert.py, the worker sections' rules in roll_workers.py, the rewards section's in
+roll_rewards.py, the rule table in roll_rules.py.
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@ pipeline keys and the worker sections actor_train, actor_infer, reference, criti
 validation, rewards), the verl keys it sets, or why it is ignored or refused; and ROLL's
 own defaults for keys that a rule reads together with the one given. roll.py reads the
 file and applies this table; the converters are in roll_convert.py, the worker sections'
-rules in roll_workers.py, the agentic keys in roll_agentic.py.
+rules in roll_workers.py, the rewards section's in roll_rewards.py, the agentic keys in
+roll_agentic.py.
 """
 
 from __future__ import annotations
@@ -46,10 +47,10 @@ from hybrid.dialects.roll_convert import (
     _val_lengths,
     _value_clip,
 )
+from hybrid.dialects.roll_rewards import REWARD_RULES
 from hybrid.dialects.roll_workers import (
     _dtype_train,
     _engine_config,
-    _reward_worker,
     _worker_rules,
     strategy_config_rule,
     system_envs_rule,
@@ -600,66 +601,7 @@ RULES: tuple[Rule, ...] = (
     ),
     refuse("validation.generating_args.num_beams", "hybrid samples; no beam search", accept=(1,)),
     custom("validation.eval_steps", ("trainer.test_freq", "trainer.val_before_train"), _eval_steps, "as eval_steps"),
-    # ---- rewards
-    custom(
-        "rewards.<domain>.worker_cls",
-        (),
-        _reward_worker,
-        "rule-based math workers accepted",
-        "hybrid picks the scorer from each row's data_source (gsm8k, math, arithmetic)",
-    ),
-    ignore("rewards.<domain>.tag_included", "hybrid routes rows to scorers by their data_source column"),
-    ignore(
-        "rewards.<domain>.world_size",
-        "hybrid's rule scorers run in the driver (or reward_model.reward_manager=prime's pool)",
-    ),
-    ignore("rewards.<domain>.infer_batch_size", "rule scorers score one response at a time"),
-    ignore("rewards.<domain>.model_args.*", "rule scorers load no model"),
-    ignore("rewards.<domain>.strategy_args.*", "rule scorers load no model (an LLM judge's worker_cls is refused)"),
-    ignore(
-        "rewards.<domain>.generating_args.*", "rule scorers generate nothing (an LLM judge's worker_cls is refused)"
-    ),
-    ignore("rewards.<domain>.device_mapping", "hybrid's rule scorers run in the driver"),
-    ignore("rewards.<domain>.judge_prompt", "read only by LLMJudgeRewardWorker, whose worker_cls is refused"),
-    ignore("rewards.<domain>.judge_model_type", "read only by LLMJudgeRewardWorker, whose worker_cls is refused"),
-    ignore("rewards.<domain>.reward_type", "read only by ROLL's ifeval/crossthinkqa rule workers, which are refused"),
-    ignore("rewards.<domain>.use_local", "read only by CodeSandboxRewardWorker, which is refused"),
-    ignore("rewards.<domain>.data_args.*", "rule scorers read the decoded response"),
-    refuse(
-        "rewards.<domain>.query_filter_config.type",
-        "no reward-based query filter in hybrid",
-        accept=("no_filter",),
-    ),
-    refuse(
-        "rewards.<domain>.response_filter_config.type",
-        "no reward-based response filter in hybrid",
-        accept=("no_filter",),
-    ),
-    ignore("rewards.<domain>.query_filter_config.filter_args.*", "read only with a filter type, which is refused"),
-    ignore("rewards.<domain>.response_filter_config.filter_args.*", "read only with a filter type, which is refused"),
-    refuse(
-        "rewards.<domain>.response_length_penalty_coef",
-        "no length penalty key (reward_model.reward_manager=dapo has an overlong penalty)",
-        accept=(0, 0.0),
-    ),
-    refuse(
-        "rewards.<domain>.reward_manager_config",
-        "no reward plug-in system besides custom_reward_function",
-        accept=lambda v: not v,
-        accepts="[]",
-    ),
-    refuse(
-        "rewards.<domain>.judge_model_name",
-        "an LLM judge: use reward_model.* or a custom_reward_function",
-        accept=(None,),
-    ),
-    refuse(
-        "rewards.<domain>.judge_api_url",
-        "an LLM judge: use reward_model.* or a custom_reward_function",
-        accept=(None,),
-    ),
-    refuse("rewards.<domain>.code_url", "a code sandbox: write a custom_reward_function", accept=(None,)),
-    refuse("reward_model.*", "ROLL's shared reward-model cluster: use reward_model.* in verl keys"),
+    *REWARD_RULES,
     refuse("critic.generating_args.*", "the critic generates nothing"),
     *(rule for role in ("actor_train", "actor_infer", "reference", "critic") for rule in _worker_rules(role)),
     *AGENTIC_RULES,

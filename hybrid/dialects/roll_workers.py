@@ -201,33 +201,6 @@ DEFAULT_WORKERS = {
     "reference": ("roll.pipeline.rlvr.actor_worker.ActorWorker",),
     "critic": ("roll.pipeline.base_worker.CriticWorker",),
 }
-RULE_REWARD_WORKERS = ("MathRuleRewardWorker",)
-REWARD_WORKER_REFUSALS = {
-    "CodeSandboxRewardWorker": "runs code in a sandbox: hybrid has none; write a custom_reward_function",
-    "LLMJudgeRewardWorker": (
-        "ROLL's judge scores 1 when 'yes' appears anywhere in its lower-cased verdict (else 0), with a prompt "
-        "from ROLL's prompt_maps, on its domain's rows only; hybrid's judge (reward_model.judge.*, "
-        "docs/reward_loop.md) reads a verdict pattern on every row: set it up in verl keys"
-    ),
-    "GeneralRuleRewardWorker": "no hybrid scorer for this rule; write a custom_reward_function",
-    "IfEvalRuleRewardWorker": "instruction-following checks: no hybrid scorer; write a custom_reward_function",
-    "CrossThinkQARuleRewardWorker": "no hybrid scorer for this rule; write a custom_reward_function",
-}
-
-
-def _reward_worker(value: Any, ctx: Context) -> dict[str, Any]:
-    name = str(value).rsplit(".", 1)[-1]
-    if name in RULE_REWARD_WORKERS:
-        return {}
-    raise Refusal(
-        REWARD_WORKER_REFUSALS.get(
-            name,
-            (
-                "hybrid's rule scorers are gsm8k, math and arithmetic, picked by each row's data_source "
-                "(reward/scorers); write a custom_reward_function for others"
-            ),
-        )
-    )
 
 
 def _training_rules(role: str) -> list[Rule]:
@@ -459,4 +432,4 @@ def _worker_rules(role: str) -> list[Rule]:
     return rules
 
 
-__all__ = ["DEFAULT_WORKERS", "REWARD_WORKER_REFUSALS", "RULE_REWARD_WORKERS", "ULYSSES_KEYS"]
+__all__ = ["DEFAULT_WORKERS", "ULYSSES_KEYS"]
