@@ -17,9 +17,9 @@ start_*_rollout_pipeline.py), a pipeline that is not RL with a generating engine
 distillation: no actor_infer), or a pipeline on another training strategy (megatron_train,
 deepspeed_train) or inference engine (sglang).
 
-Kept per example: the file's text and the text of every file it pulls in through `defaults`
-(resolved relative to the file's folder, as ROLL's launcher resolves them with its config
-path, recursively), so `check` needs no checkout: it writes them into a folder at their
+Kept per selected example: the file's text and the text of every file it pulls in through
+`defaults` (resolved relative to the file's folder, as ROLL's launcher resolves them with its
+config path, recursively), so `check` needs no checkout: it writes them into a folder at their
 relative paths and runs `check_argv(["--roll-config", path])`.
 """
 
@@ -117,9 +117,10 @@ def extract(git_dir: Path) -> dict:
             if name in parsed:
                 todo += _defaults_paths(name, parsed[name])
         why = _why_not(path, parsed[path], fragments, launchers.get(path, set()))
-        examples.append(
-            {"path": path, "selected": why is None, "why_not": why, "text": texts[path], "defaults_files": pulled}
-        )
+        example = {"path": path, "selected": why is None, "why_not": why}
+        if why is None:  # what check needs; the others are only counted
+            example.update(text=texts[path], defaults_files=pulled)
+        examples.append(example)
     return {"commit": commit, "examples": examples}
 
 

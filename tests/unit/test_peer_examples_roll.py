@@ -66,8 +66,9 @@ def test_extract_keeps_the_defaults_files_and_selects_fsdp2_with_vllm(tmp_path):
         ),
     ]
     assert kept["examples/a/fsdp.yaml"]["defaults_files"] == {
-        "examples/config/envs.yaml": kept["examples/config/envs.yaml"]["text"]
+        "examples/config/envs.yaml": "my_env:\n  env_type: my_env_type\n  max_steps: 3\n"
     }
+    assert "text" not in kept["examples/a/megatron.yaml"]  # only what the check needs is kept
     # composed without the repository: the fragment's section arrives through ${my_env}
     status, reason = check(kept["examples/a/fsdp.yaml"], tmp_path / "work")
     assert status == "refused"
