@@ -9,6 +9,10 @@ A save writes every role's shards (each worker group's `save_checkpoint`) and th
 complete); resume loads both back. A run stopped by SIGTERM or Ctrl-C saves its last
 finished step the same way (`save_on_stop`), so resuming from it is the same as resuming
 from a scheduled save.
+
+`trainer.hf_save_freq` (SkyRL's hf_save_interval) is a separate cadence: the actor alone as a
+Hugging Face folder in `<trainer.hf_export_dir>/global_step_N` (written under a temporary
+name, then renamed), with no shards or optimizer, so it is not a checkpoint to resume from.
 """
 
 from __future__ import annotations
@@ -78,6 +82,27 @@ class RunCheckpoints:
         if last_step and cfg.merge_on_finish:
             return True
         return cfg.save_freq > 0 and (step % cfg.save_freq == 0 or last_step)
+
+    def hf_export_due(self, step: int, last_step: bool) -> bool:
+        """trainer.hf_save_freq: every N steps and at the last step (<= 0: never)."""
+        freq = self.config.trainer.hf_save_freq
+        return freq > 0 and (step % freq == 0 or last_step)
+
+    def hf_export_root(self) -> str:
+        cfg = self.config.trainer
+        return os.path.abspath(str(cfg.hf_export_dir or os.path.join(cfg.default_local_dir, "hf_exports")))
+
+    def export_hf(self, step: int, groups: dict) -> float:
+        """The actor as a Hugging Face folder in <hf_export_dir>/global_step_N; returns seconds."""
+        start = time.perf_counter()
+        final = step_dir(self.hf_export_root(), step)
+        temp = final + PARTIAL_SUFFIX
+        shutil.rmtree(temp, ignore_errors=True)  # left by a crash at this very step
+        groups["actor_rollout"].export_hf_model(temp)
+        publish(temp, final)
+        seconds = time.perf_counter() - start
+        say(f"checkpoint: exported the actor as a Hugging Face folder to {final} in {seconds:.2f} s")
+        return seconds
 
     def merges(self) -> bool:
         """trainer.merge_on_finish: true or false as given; null (the default) merges when

@@ -390,10 +390,13 @@ class PPOTrainer:
         self.history.append({"step": self.state.global_step, **metrics})
 
     def after_step(self, metrics: dict) -> None:
-        """Checkpoint every trainer.save_freq steps and at the last step (hybrid/checkpointing.py)."""
+        """Checkpoint every trainer.save_freq steps and at the last step, and export a Hugging Face
+        folder every trainer.hf_save_freq steps and at the last step (hybrid/checkpointing.py)."""
         last_step = self.state.global_step >= self.total_training_steps
         if self.checkpoints.due(self.state.global_step, last_step):
             metrics["timing_s/save_checkpoint"] = self.checkpoints.save(self.state, self.groups, last_step)
+        if self.checkpoints.hf_export_due(self.state.global_step, last_step):
+            metrics["timing_s/export_hf"] = self.checkpoints.export_hf(self.state.global_step, self.groups)
 
 
 def _dict_iter(batch_iter):

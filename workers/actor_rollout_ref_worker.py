@@ -340,6 +340,13 @@ class ActorRolloutRefWorker(ProfiledWorker, Worker):
             return self.checkpointer.save(local_path, global_step, list(self.config.actor.checkpoint.save_contents))
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def export_hf_model(self, local_path: str) -> float:
+        """The actor as a Hugging Face folder in `local_path` (trainer.hf_save_freq); seconds."""
+        self._require(self.checkpointer, "export_hf_model", "actor")
+        with self._actor_on_device():
+            return self.checkpointer.export_hf(local_path)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, local_path: str) -> dict:
         """Load this rank's actor state; the engine needs update_rollout_weights before it generates again."""
         self._require(self.checkpointer, "load_checkpoint", "actor")

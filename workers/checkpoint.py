@@ -463,6 +463,17 @@ class FSDPCheckpointer:
         self._barrier()
         return timing
 
+    def export_hf(self, out_dir: str) -> float:
+        """The model alone as a Hugging Face folder (config, tokenizer, safetensors; LoRA
+        merged), no shards or optimizer: trainer.hf_save_freq's export. Every rank takes part
+        (the full weights are gathered); rank 0 writes. Returns seconds."""
+        start = time.perf_counter()
+        if self.rank == 0:
+            save_hf_metadata(out_dir, self.hf_config, self.tokenizer, self.model_path, model_class_name(self.model))
+        self._save_hf_weights(out_dir)
+        self._barrier()
+        return time.perf_counter() - start
+
     @torch.no_grad()
     def _save_hf_weights(self, out_dir: str) -> None:
         from workers.weight_sync import iter_full_weights

@@ -202,6 +202,8 @@ class TrainerConfig:
     max_actor_ckpt_to_keep: int | None
     max_critic_ckpt_to_keep: int | None
     merge_on_finish: bool | None
+    hf_save_freq: int  # SkyRL's hf_save_interval: a Hugging Face export every N steps (<= 0: never)
+    hf_export_dir: str | None  # null: <default_local_dir>/hf_exports
     plot_on_finish: bool
     dump_data_batch: bool  # SkyRL's: the training batch of every step written for debugging
     worker_env_vars: dict[str, Any]  # ROLL's system_envs: set before the driver and the workers start

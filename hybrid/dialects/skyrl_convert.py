@@ -279,18 +279,6 @@ def _max_ckpts(value: Any, ctx: Context) -> dict[str, Any]:
     return {"trainer.max_actor_ckpt_to_keep": keep, "trainer.max_critic_ckpt_to_keep": keep}
 
 
-def _hf_save_interval(value: Any, ctx: Context) -> dict[str, Any]:
-    if value is None or value <= 0:
-        return {}
-    ckpt = ctx.effective("trainer.ckpt_interval", "trainer.save_freq")
-    if value != ckpt:
-        raise Refusal(
-            f"hybrid writes Hugging Face folders with its checkpoints (save_contents hf_model), every "
-            f"trainer.ckpt_interval={ckpt} steps; give both the same interval"
-        )
-    return {f"{ACTOR}.checkpoint.save_contents": ["model", "optimizer", "extra", "hf_model"]}
-
-
 def _epochs(value: Any, ctx: Context) -> dict[str, Any]:
     # hybrid's default job stops after trainer.total_training_steps; SkyRL runs whole epochs.
     return {"trainer.total_epochs": value, "trainer.total_training_steps": None}

@@ -20,7 +20,6 @@ from hybrid.dialects.skyrl_convert import (
     _fsdp_size,
     _fully_async,
     _fully_async_enabled,
-    _hf_save_interval,
     _lists,
     _logger,
     _lora_init,
@@ -331,13 +330,18 @@ TRAINER_RULES = (
         _max_ckpts,
         "-1 -> null (keep all), N -> N",
     ),
-    custom(
+    same(
         "trainer.hf_save_interval",
-        (f"{ACTOR}.checkpoint.save_contents",),
-        _hf_save_interval,
-        "-1: nothing; = ckpt_interval: save_contents + hf_model",
+        "trainer.hf_save_freq",
+        note="every N steps and at the last step the policy as a Hugging Face folder (LoRA merged), "
+        "independent of trainer.ckpt_interval; SkyRL also exports at each epoch's end",
     ),
-    ignore("trainer.export_path", "hybrid writes everything under trainer.default_local_dir (trainer.ckpt_path)"),
+    same(
+        "trainer.export_path",
+        "trainer.hf_export_dir",
+        note="the Hugging Face exports go to export_path/global_step_N (SkyRL: global_step_N/policy); "
+        "dumped batches go under trainer.ckpt_path",
+    ),
     ignore("trainer.log_path", "hybrid's logs go to stdout"),
     same("trainer.project_name", "trainer.project_name"),
     same("trainer.run_name", "trainer.experiment_name"),

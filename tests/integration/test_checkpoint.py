@@ -44,6 +44,7 @@ GAE = [
     "critic.model.fsdp_config.mixed_precision=fp32",
     "trainer.save_freq=2",
     "trainer.merge_on_finish=true",
+    "trainer.hf_save_freq=3",  # Hugging Face exports at 3 (no checkpoint there) and at the last step, 4
 ]
 
 
@@ -240,6 +241,24 @@ def test_merge_on_finish_fills_the_final_huggingface_folder(full_run, tokenizer)
     with torch.no_grad():
         logits = model(input_ids=probe_batch(tokenizer), use_cache=False).logits
     assert (logits - full_run["logits"]).abs().max().item() <= 1e-5
+
+
+def test_hf_exports_follow_their_own_cadence(full_run, tokenizer):
+    """trainer.hf_save_freq=3 (SkyRL's hf_save_interval): the actor alone as a Hugging Face
+    folder at step 3, where no checkpoint is saved, and at the last step; the last one is the
+    trained actor."""
+    from transformers import AutoModelForCausalLM
+
+    exports = full_run["root"] / "hf_exports"
+    assert sorted(p.name for p in exports.iterdir()) == ["global_step_3", "global_step_4"]
+    assert not (full_run["root"] / "global_step_3").exists()  # an export is not a checkpoint
+    logits = {}
+    for step in (3, 4):
+        model = AutoModelForCausalLM.from_pretrained(exports / f"global_step_{step}", dtype=torch.float32)
+        with torch.no_grad():
+            logits[step] = model(input_ids=probe_batch(tokenizer), use_cache=False).logits
+    assert (logits[4] - full_run["logits"]).abs().max().item() <= 1e-5
+    assert (logits[3] - full_run["logits"]).abs().max().item() > 1e-4  # step 4 trained on
 
 
 @pytest.mark.slow

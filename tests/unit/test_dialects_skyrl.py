@@ -189,8 +189,8 @@ from tests.unit.test_dialects import REPO, SKYRL_SEED_EXAMPLE, A, skyrl, skyrl_e
         (["trainer.max_ckpts_to_keep=-1"], {"trainer.max_actor_ckpt_to_keep": None}),
         (["trainer.max_ckpts_to_keep=3"], {"trainer.max_actor_ckpt_to_keep": 3, "trainer.max_critic_ckpt_to_keep": 3}),
         (
-            ["trainer.ckpt_interval=5", "trainer.hf_save_interval=5"],
-            {f"{A}.actor.checkpoint.save_contents": ["model", "optimizer", "extra", "hf_model"]},
+            ["trainer.ckpt_interval=5", "trainer.hf_save_interval=2", "trainer.export_path=/ex"],
+            {"trainer.save_freq": 5, "trainer.hf_save_freq": 2, "trainer.hf_export_dir": "/ex"},
         ),
         (["trainer.policy.model.path=/m", "trainer.ref.model.path=/m"], {f"{A}.model.path": "/m"}),
         (
