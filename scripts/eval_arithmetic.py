@@ -42,7 +42,7 @@ def resolve_model(path: str) -> str:
     return merged
 
 
-def evaluate(model_dir: str, n: int, batch_size: int, max_new_tokens: int) -> dict:
+def evaluate(model_dir: str, n: int, batch_size: int, max_new_tokens: int, dtype: str = "float32") -> dict:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -52,7 +52,7 @@ def evaluate(model_dir: str, n: int, batch_size: int, max_new_tokens: int) -> di
 
     rows = read_rows(default_data_paths()["val"])[:n]
     tokenizer = AutoTokenizer.from_pretrained(model_dir, padding_side="left")
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype)).eval()
     correct, samples, start = 0, [], time.perf_counter()
     for first in range(0, len(rows), batch_size):
         chunk = rows[first : first + batch_size]
@@ -74,6 +74,7 @@ def evaluate(model_dir: str, n: int, batch_size: int, max_new_tokens: int) -> di
     return {
         "model": model_dir,
         "n": len(rows),
+        "dtype": dtype,
         "accuracy": correct / max(len(rows), 1),
         "seconds": round(time.perf_counter() - start, 1),
         "samples": samples[:5],
@@ -86,10 +87,20 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--n", type=int, default=200, help="held-out questions (the PPO job's validation rows)")
     parser.add_argument("--batch-size", type=int, default=50)
     parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16"),
+        default="float32",
+        help="the dtype the model runs in; the PPO validation's engine runs in bfloat16 where the CPU or GPU has "
+        "fast bf16 (rollout.dtype=auto), and greedy answers differ between the two",
+    )
     parser.add_argument("--json", help="write the result here")
     args = parser.parse_args(argv)
-    result = evaluate(resolve_model(args.model), args.n, args.batch_size, args.max_new_tokens)
-    print(f"eval_arithmetic: {result['model']}: greedy accuracy {result['accuracy']:.3f} on {result['n']} held-out")
+    result = evaluate(resolve_model(args.model), args.n, args.batch_size, args.max_new_tokens, args.dtype)
+    print(
+        f"eval_arithmetic: {result['model']} ({args.dtype}): greedy accuracy {result['accuracy']:.3f} "
+        f"on {result['n']} held-out"
+    )
     for sample in result["samples"][:3]:
         print(f"  {sample['question']} -> {sample['response']!r} (answer {sample['answer']})")
     if args.json:
