@@ -222,19 +222,26 @@ def _compose(config_name: str, overrides: list[str]) -> DictConfig:
         return compose(config_name=config_name, overrides=overrides)
 
 
+def compose_checked(config_name: str, overrides: Sequence[str]) -> DictConfig:
+    """Compose `config_name` with Hydra-style overrides whose keys are checked first
+    (ConfigError for unknown keys, with suggestions); shared by the PPO and SFT configs."""
+    from hybrid.defaults import register_resolvers
+
+    register_resolvers()
+    overrides = list(overrides)
+    defaults = _cached_default(config_name)
+    check_override_keys(overrides, defaults)
+    return _compose(config_name, normalize_overrides(overrides, defaults))
+
+
 def load_config(overrides: Sequence[str] = ()) -> DictConfig:
     """Compose the PPO configuration with Hydra-style overrides, as `main_ppo` would.
 
     Raises ConfigError for unknown keys (with suggestions). Does not validate: call
     `validate_config` for that. Does not resolve interpolations.
     """
-    from hybrid.defaults import register_resolvers
-
-    register_resolvers()
     overrides, _ = rewrite_foreign_overrides(overrides)
-    defaults = _cached_default(CONFIG_NAME)
-    check_override_keys(overrides, defaults)
-    return _compose(CONFIG_NAME, normalize_overrides(overrides, defaults))
+    return compose_checked(CONFIG_NAME, overrides)
 
 
 __all__ = [
@@ -242,6 +249,7 @@ __all__ = [
     "CONFIG_NAME",
     "ConfigError",
     "check_override_keys",
+    "compose_checked",
     "config_paths",
     "default_config",
     "load_config",

@@ -16,9 +16,9 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from hybrid.config.loading import ConfigError, _cached_default, _compose, check_override_keys, normalize_overrides
+from hybrid.config.loading import compose_checked
 from hybrid.config.schema import Device, Loggers, ResumeMode
-from hybrid.config.validate import resolved_container
+from hybrid.config.validate import raise_problems, resolved_container
 from protocol.config_schema import (
     Annotated,
     Fixed,
@@ -251,13 +251,7 @@ class SFTConfig:
 
 def load_sft_config(overrides: Sequence[str] = ()) -> DictConfig:
     """Compose `sft_trainer.yaml` with Hydra-style overrides; unknown keys raise ConfigError."""
-    from hybrid.defaults import register_resolvers
-
-    register_resolvers()
-    overrides = list(overrides)
-    defaults = _cached_default(SFT_CONFIG_NAME)
-    check_override_keys(overrides, defaults)
-    return _compose(SFT_CONFIG_NAME, normalize_overrides(overrides, defaults))
+    return compose_checked(SFT_CONFIG_NAME, overrides)
 
 
 def typed_sft_config(cfg: DictConfig | dict, world_size: int | None = None) -> SFTConfig:
@@ -279,10 +273,7 @@ def typed_sft_config(cfg: DictConfig | dict, world_size: int | None = None) -> S
     data.pop("hydra", None)
     config = build_section(SFTConfig, data, "", problems, interpolated)
     config.check(problems, int(os.environ.get("WORLD_SIZE", "1")) if world_size is None else world_size)
-    if problems:
-        count = len(problems)
-        header = f"invalid SFT configuration ({count} problem{'s' if count > 1 else ''}):"
-        raise ConfigError("\n".join([header] + [f"  - {p}" for p in problems]))
+    raise_problems(problems, "SFT configuration")
     return config
 
 

@@ -144,11 +144,16 @@ def typed_config(cfg: DictConfig | dict, world_size: int | None = None) -> Hybri
         problems.add(f"world_size={world_size!r} must be a positive integer")
         world_size = None
     check_config(config, problems, world_size)
+    raise_problems(problems, "configuration")
+    return with_derived_values(config, world_size)
+
+
+def raise_problems(problems: Problems, what: str) -> None:
+    """ConfigError listing every problem, one line each, when there is any."""
     if problems:
         count = len(problems)
-        header = f"invalid configuration ({count} problem{'s' if count > 1 else ''}):"
+        header = f"invalid {what} ({count} problem{'s' if count > 1 else ''}):"
         raise ConfigError("\n".join([header] + [f"  - {p}" for p in problems]))
-    return with_derived_values(config, world_size)
 
 
 def validate_config(cfg: DictConfig, world_size: int | None = None) -> None:
@@ -156,4 +161,4 @@ def validate_config(cfg: DictConfig, world_size: int | None = None) -> None:
     typed_config(cfg, world_size)
 
 
-__all__ = ["ConfigError", "typed_config", "validate_config"]
+__all__ = ["ConfigError", "raise_problems", "typed_config", "validate_config"]
