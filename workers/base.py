@@ -62,6 +62,11 @@ class Worker:
         self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        if self.world_size == 1 and not dist.is_initialized() and "TORCHELASTIC_RUN_ID" not in os.environ:
+            # A world of one needs no agreed port; an inherited MASTER_PORT may belong to a parent
+            # process that still listens on it (a test runner, a launcher). Under torchrun the
+            # port is the launcher's store, which the rank must use.
+            os.environ["MASTER_PORT"] = str(find_free_port())
         if "MASTER_PORT" not in os.environ:
             if self.world_size > 1:
                 raise RuntimeError("MASTER_PORT must be set for a worker group of more than one rank")

@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import os
 
-import torch.distributed as dist
-
 from hybrid.controller.base import WorkerGroup
-from workers.base import find_free_port
 
 
 class LocalWorkerGroup(WorkerGroup):
@@ -19,11 +16,7 @@ class LocalWorkerGroup(WorkerGroup):
         self.world_size = 1
         self.name = name
         os.environ.update({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"})
-        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-        if not dist.is_initialized():
-            # A world of one needs no agreed port; an inherited MASTER_PORT may belong to a
-            # parent process that still listens on it (a test runner, a launcher).
-            os.environ["MASTER_PORT"] = str(find_free_port())
+        # workers/base.py's Worker picks its own free port for a world of one.
         self.worker = worker_cls(*args, **kwargs)
         self._bind_worker_methods(worker_cls)
 

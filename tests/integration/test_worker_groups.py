@@ -160,16 +160,19 @@ def test_in_process_group_ignores_a_busy_inherited_master_port(tmp_path):
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        code = (
-            "from hybrid.controller.local_worker_group import LocalWorkerGroup\n"
-            "from workers.base import Worker\n"
-            "group = LocalWorkerGroup(Worker)\n"
-            "print('rank', group.worker.ping())\n"
-        )
-        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
-        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "rank 0" in result.stdout
+        # Through the in-process group (main_ppo), and a bare worker (a one-process SFT job).
+        for make in ("LocalWorkerGroup(Worker).worker", "Worker()"):
+            code = (
+                "from hybrid.controller.local_worker_group import LocalWorkerGroup\n"
+                "from workers.base import Worker\n"
+                f"worker = {make}\n"
+                "print('rank', worker.ping())\n"
+            )
+            env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+            env.pop("TORCHELASTIC_RUN_ID", None)
+            result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+            assert result.returncode == 0, make + result.stderr[-3000:]
+            assert "rank 0" in result.stdout
 
 
 @pytest.mark.parametrize(
