@@ -28,11 +28,53 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from torch.distributed.nn.functional import all_reduce as differentiable_all_reduce
-from torch.distributed.nn.functional import all_to_all_single as differentiable_all_to_all
 
 from protocol.data_proto import DataProto
 from workers.device import current_device
+
+
+class _AllReduceSum(torch.autograd.Function):
+    """all_reduce (sum) with its gradient: every rank's output is the sum, so each input's
+    gradient is the sum of the outputs' gradients (torch.distributed.nn's, which is deprecated)."""
+
+    @staticmethod
+    def forward(ctx, tensor: torch.Tensor, group) -> torch.Tensor:
+        ctx.group = group
+        out = tensor.clone()
+        dist.all_reduce(out, group=group)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        grad = grad.contiguous().clone()
+        dist.all_reduce(grad, group=ctx.group)
+        return grad, None
+
+
+class _AllToAllSingle(torch.autograd.Function):
+    """all_to_all_single with its gradient: the same exchange with the split sizes swapped."""
+
+    @staticmethod
+    def forward(ctx, flat: torch.Tensor, output_split_sizes, input_split_sizes, group) -> torch.Tensor:
+        ctx.sizes, ctx.group = (output_split_sizes, input_split_sizes), group
+        out = flat.new_empty(sum(output_split_sizes))
+        dist.all_to_all_single(out, flat.contiguous(), output_split_sizes, input_split_sizes, group=group)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        output_split_sizes, input_split_sizes = ctx.sizes
+        grad_in = grad.new_empty(sum(input_split_sizes))
+        dist.all_to_all_single(grad_in, grad.contiguous(), input_split_sizes, output_split_sizes, group=ctx.group)
+        return grad_in, None, None, None
+
+
+def differentiable_all_reduce(tensor: torch.Tensor, group) -> torch.Tensor:
+    return _AllReduceSum.apply(tensor, group)
+
+
+def differentiable_all_to_all(flat: torch.Tensor, output_split_sizes, input_split_sizes, group) -> torch.Tensor:
+    return _AllToAllSingle.apply(flat, list(output_split_sizes), list(input_split_sizes), group)
 
 
 @dataclass(frozen=True)
@@ -185,9 +227,7 @@ class UlyssesAttention:
         size, dim, local = self.sp.size, x.shape[-1], self.local_len
         mine = sizes[self.sp.rank]
         flat = x[0].contiguous().reshape(-1)  # heads-major: rank j's heads are one block
-        out = x.new_empty(size * mine * local * dim)
         out = differentiable_all_to_all(
-            out,
             flat,
             output_split_sizes=[mine * local * dim] * size,
             input_split_sizes=[h * local * dim for h in sizes],
@@ -202,9 +242,7 @@ class UlyssesAttention:
         padded = F.pad(output, (0, 0, 0, 0, 0, local * size - self.total_len))
         flat = padded[0].contiguous().reshape(-1)  # token-major: rank j's slice is one block
         sizes = _split_sizes(heads, size)
-        out = output.new_empty(local * heads * dim)
         out = differentiable_all_to_all(
-            out,
             flat,
             output_split_sizes=[local * h * dim for h in sizes],
             input_split_sizes=[local * mine * dim] * size,
