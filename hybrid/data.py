@@ -57,7 +57,12 @@ def _as_file_list(data_files) -> list[str]:
 
 
 def read_rows(path: str) -> list[dict]:
-    """All rows of a parquet, JSON-lines or JSON-array file as dicts of plain Python values."""
+    """All rows of a parquet, JSON-lines or JSON-array file as dicts of plain Python values
+    (or of an `env-seeds:` spec, episodes made from seeds: hybrid/env_seeds.py)."""
+    from hybrid.env_seeds import is_spec, spec_rows
+
+    if is_spec(path):
+        return spec_rows(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"data file {path!r} does not exist (check data.train_files / data.val_files)")
     if os.path.getsize(path) == 0:

@@ -25,6 +25,7 @@ import re
 from collections import Counter
 
 from hybrid.defaults import DEFAULT_ASSET_PREFIX
+from hybrid.env_seeds import is_spec
 from hybrid.errors import InputError
 from hybrid.tracking import missing_logger_packages
 
@@ -242,9 +243,9 @@ def check_data_files(config, found: Findings) -> dict[tuple[str, str], Counter]:
     train_rows = 0
     rows_known = not custom  # a custom dataset class reads its files its own way
     for key, path in _data_files(config):
-        full = os.path.abspath(os.path.expanduser(path))
+        full = path if is_spec(path) else os.path.abspath(os.path.expanduser(path))
         counts = None
-        if not os.path.isfile(full):
+        if not is_spec(path) and not os.path.isfile(full):
             what = (
                 "is a folder; name the parquet or JSON-lines files in it" if os.path.isdir(full) else "does not exist"
             )
@@ -269,7 +270,7 @@ def check_data_files(config, found: Findings) -> dict[tuple[str, str], Counter]:
 
 def _read(path: str, columns: list[str]) -> tuple[int, list[str], dict[str, list]]:
     """(rows, column names, {column: values} for the wanted `columns` present)."""
-    if path.lower().endswith(".parquet") and os.path.getsize(path) > 0:
+    if path.lower().endswith(".parquet") and not is_spec(path) and os.path.getsize(path) > 0:
         import pyarrow.parquet as pq
 
         try:

@@ -54,6 +54,14 @@ def as_typed(config) -> HybridConfig:
     return config if isinstance(config, HybridConfig) else typed_config(config)
 
 
+def run_steps(trainer, steps_per_epoch) -> int:
+    """The steps of a run: `trainer.total_training_steps`, else `total_epochs` x
+    `steps_per_epoch()`; at most `trainer.max_training_steps` when set (SkyRL's cap: the run
+    and its learning-rate schedules end at the smaller of the two)."""
+    steps = trainer.total_training_steps or steps_per_epoch() * int(trainer.total_epochs)
+    return min(steps, int(trainer.max_training_steps)) if trainer.max_training_steps else steps
+
+
 class PPOTrainer:
     def __init__(self, config, tokenizer, train_dataloader, val_dataloader, reward_fn, val_reward_fn, groups=None):
         config = as_typed(config)
@@ -65,9 +73,7 @@ class PPOTrainer:
         self.use_reference_policy = config.use_reference_policy
         self.world_size = config.world_size
         self.kl_ctrl = get_kl_controller(config.algorithm.kl_ctrl) if config.algorithm.use_kl_in_reward else None
-        self.total_training_steps = config.trainer.total_training_steps or self.steps_per_epoch(
-            config, train_dataloader
-        ) * int(config.trainer.total_epochs)
+        self.total_training_steps = run_steps(config.trainer, lambda: self.steps_per_epoch(config, train_dataloader))
         # The learning-rate schedules span the run unless their own key says otherwise.
         self.config = config.with_schedule_steps(self.total_training_steps)
         self.state = TrainerState(train_dataloader, self.kl_ctrl)

@@ -82,9 +82,17 @@ def apply_fsdp2(
 
 
 def build_optimizer(params, optim_config: OptimConfig) -> torch.optim.Optimizer:
-    """AdamW from an `optim` section (lr, betas, weight_decay)."""
+    """AdamW from an `optim` section (lr, betas, weight_decay).
+
+    Fused (one kernel over all parameters, CPU and CUDA): torch's default on CPU steps the
+    sharded (DTensor) parameters one by one, 30x slower here (2.8 s vs 0.09 s a step for the
+    135M default model on 2 cores); the update is the same AdamW."""
     return torch.optim.AdamW(
-        params, lr=optim_config.lr, betas=tuple(optim_config.betas), weight_decay=optim_config.weight_decay
+        params,
+        lr=optim_config.lr,
+        betas=tuple(optim_config.betas),
+        weight_decay=optim_config.weight_decay,
+        fused=True,
     )
 
 

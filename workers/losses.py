@@ -1,5 +1,5 @@
 """Device-side policy losses for PPO-family training: the policy-loss registry, the losses
-registered in it (vanilla PPO, GSPO, Clip-Cov, KL-Cov, CISPO, SAPO, GPG, geo-mean) and the
+registered in it (vanilla PPO, GSPO, Clip-Cov, KL-Cov, CISPO, SAPO, GPG, geo-mean, GLM-5's rollout_is) and the
 REINFORCE loss of bypass mode. The shared maths they are built from (masked statistics, log-probs and entropy
 from logits, loss aggregation, KL estimators, the value and entropy losses) is in
 workers/loss_math.py and re-exported here, so callers import all of it from this module.
@@ -68,6 +68,7 @@ __all__ = [
     "compute_policy_loss_cispo",
     "compute_policy_loss_sapo",
     "compute_policy_loss_gpg",
+    "compute_policy_loss_rollout_is",
     "compute_value_loss",
     "compute_entropy_loss",
 ]
@@ -385,6 +386,32 @@ def compute_policy_loss_geo_mean(
     clipfrac = masked_mean((clipped & (advantages > 0)).float(), response_mask)
     clipfrac_lower = masked_mean((clipped & (advantages < 0)).float(), response_mask)
     return pg_loss, _metrics(clipfrac, masked_mean(-neg_kl, response_mask), clipfrac_lower, pg_loss)
+
+
+@register_policy_loss("rollout_is")
+def compute_policy_loss_rollout_is(
+    old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None, rollout_is_weights=None
+):
+    """GLM-5's agentic loss (section 4.1.2 of https://arxiv.org/abs/2602.15763), SkyRL's
+    ``policy_loss_type=rollout_is``: ``L = -sg[f(r)] * A * logp`` with ``r = exp(logp - old)``
+    and ``f(r) = r`` strictly inside ``(1 - clip_ratio_low, 1 + clip_ratio_high)``, 0 outside:
+    a token whose ratio left the band has no gradient at all (CISPO clamps it instead). The
+    anchor is meant to be the engine's log-probs: run it in bypass mode
+    (``algorithm.rollout_correction.bypass_mode=true``, or asynchronous training with
+    ``use_rollout_log_probs``), where ``old_log_prob`` is ``rollout_log_probs``.
+    ``pg_clipfrac``: share of tokens outside the band; ``pg_clipfrac_lower`` is 0.
+    """
+    low, high = _clip_range(config)
+    neg_kl = _log_ratio(log_prob, old_log_prob)
+    ratio = torch.exp(neg_kl)
+    ppo_kl = masked_mean(-neg_kl, response_mask)
+    in_band = (ratio > 1 - low) & (ratio < 1 + high)
+    calibrated = torch.where(in_band, ratio, torch.zeros_like(ratio))
+    pg_losses = -calibrated.detach() * advantages * log_prob
+    pg_clipfrac = masked_mean((~in_band).float(), response_mask)
+    pg_losses = apply_truncated_is(pg_losses, rollout_is_weights)
+    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode, config.loss_scale_factor)
+    return pg_loss, _metrics(pg_clipfrac, ppo_kl, 0.0, pg_loss)
 
 
 def compute_policy_loss_reinforce(

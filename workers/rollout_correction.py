@@ -14,7 +14,10 @@ the policy-gradient loss, corrects pi_theta / pi_rollout. What this module compu
 * rejection sampling: a token (token_*) or a whole sequence (seq_sum_*, seq_mean_*, seq_max_*)
   leaves the loss when its divergence statistic is out of bounds: k1 = -lr between
   log(lower) and log(upper) (so the bounds are on pi_rollout / pi_old, exactly as verl 0.9),
-  k2 = lr^2 / 2 and k3 = exp(lr) - 1 - lr at most the upper bound; several options are ANDed;
+  k2 = lr^2 / 2 and k3 = exp(lr) - 1 - lr at most the upper bound; SkyRL's sequence masks
+  (seq_geo_ratio, seq_prod_ratio) keep a sequence whose geometric mean or product of
+  pi_old / pi_rollout (exp of the unclamped mean or sum of lr, clamped to [-20, 20]) lies in
+  [lower, upper]; several options are ANDed;
 * verl's `rollout_corr/...` metrics, kept as sufficient statistics (`Stats`: sums, maxima,
   minima) so micro-batches and ranks add up to exactly the numbers of the whole batch.
 
@@ -174,6 +177,17 @@ def _sequence_statistic(token_stat: torch.Tensor, mask: torch.Tensor, reduction:
     return torch.where(largest == -math.inf, torch.zeros_like(largest), largest)
 
 
+def _sequence_ratio(log_ratio: torch.Tensor, mask: torch.Tensor, reduction: str) -> torch.Tensor:
+    """SkyRL's compute_sequence_mask statistic, op for op: the masked sum of the (unclamped)
+    log-ratios, divided by the response length (at least 1) for `geo`, clamped to [-20, 20]
+    in float32 and exponentiated."""
+    total = (log_ratio * mask).sum(dim=-1)
+    if reduction == "geo":
+        total = total / mask.sum(dim=-1).clamp(min=1.0)
+    ratio = total.to(torch.float32).clamp(-SAFETY_BOUND, SAFETY_BOUND).exp()
+    return ratio.to(log_ratio.dtype)
+
+
 def rejection_keep(log_ratio: torch.Tensor, mask: torch.Tensor, options, stats: Stats | None = None) -> torch.Tensor:
     """(B, T) float keep mask, 1 where every option keeps the token (padding included): the
     response mask of the loss is `mask * keep`. Adds verl's RS statistics to `stats`."""
@@ -181,10 +195,14 @@ def rejection_keep(log_ratio: torch.Tensor, mask: torch.Tensor, options, stats: 
     mask_b = mask.bool()
     keep_all = torch.ones_like(log_ratio)
     for option in options:
-        token_stat = _token_statistic(log_ratio, option.estimator)
-        seq_stat = None
-        if option.reduction != "token":
-            seq_stat = _sequence_statistic(token_stat, mask_f, option.reduction)
+        if option.estimator == "ratio":
+            seq_stat = _sequence_ratio(log_ratio, mask_f, option.reduction)
+            token_stat = seq_stat.unsqueeze(-1).expand_as(mask_f)
+        else:
+            token_stat = _token_statistic(log_ratio, option.estimator)
+            seq_stat = None
+            if option.reduction != "token":
+                seq_stat = _sequence_statistic(token_stat, mask_f, option.reduction)
         stat = token_stat if seq_stat is None else seq_stat
         low, up = option.bounds
         kept = stat <= up if low is None else (stat >= low) & (stat <= up)

@@ -25,7 +25,15 @@ RS_OPTIONS = (
     "seq_mean_k3",
     "seq_max_k2",
     "seq_max_k3",
+    "seq_geo_ratio",
+    "seq_prod_ratio",
 )
+# SkyRL's sequence masks (off_policy_correction.sequence_mask_metric geometric / product): the
+# sequence's geometric mean or product of the token ratios pi_old / pi_rollout, from the
+# unclamped log-ratios (summed, or averaged over the response), clamped to [-20, 20] before exp
+# and kept within [lower, upper]. verl's seq_mean_k1 / seq_sum_k1 clamp each token's log-ratio
+# first and bound the inverse ratio.
+RATIO_RS_OPTIONS = ("seq_geo_ratio", "seq_prod_ratio")
 LOSS_TYPES = ("ppo_clip", "reinforce")
 # verl 0.6/0.7 named rejection by level (with rollout_rs_threshold_lower and a per-token veto);
 # 0.8 and 0.9 name the statistic instead. These are the nearest 0.9 options.
@@ -65,16 +73,20 @@ class RejectionOption:
 
     @property
     def estimator(self) -> str:
-        return self.name[-2:]
+        """k1, k2, k3, or `ratio` for RATIO_RS_OPTIONS."""
+        return "ratio" if self.name in RATIO_RS_OPTIONS else self.name[-2:]
 
     @property
     def reduction(self) -> str:
-        """`token`, or how a sequence's token statistics become one: `sum`, `mean`, `max`."""
+        """`token`, or how a sequence's token statistics become one: `sum`, `mean`, `max`
+        (`geo`, `prod` for RATIO_RS_OPTIONS)."""
         return "token" if self.name.startswith("token_") else self.name.split("_")[1]
 
     @property
     def bounds(self) -> tuple[float | None, float]:
         """The bounds in the statistic's own units: log-ratios for k1, as written otherwise."""
+        if self.estimator == "ratio":
+            return self.lower, self.upper
         if self.estimator == "k1":
             return math.log(self.lower), math.log(self.upper)
         return None, self.upper
@@ -82,8 +94,8 @@ class RejectionOption:
 
 def parse_rejection(options: str, thresholds: Any) -> tuple[RejectionOption, ...]:
     """`rollout_rs` (comma-separated options, repeats dropped) with `rollout_rs_threshold`
-    (one entry for all, or one per option). A k1 entry is `lower_upper`, or one number u
-    meaning `1/u_u`; k2/k3 entries are one positive upper bound. ValueError otherwise."""
+    (one entry for all, or one per option). A k1 or ratio entry is `lower_upper`, or one number
+    u meaning `1/u_u`; k2/k3 entries are one positive upper bound. ValueError otherwise."""
     names = list(dict.fromkeys(part.strip() for part in str(options).split(",") if part.strip()))
     if not names:
         raise ValueError(f"{options!r} names no option; choose from {', '.join(RS_OPTIONS)}")
@@ -108,8 +120,9 @@ def parse_rejection(options: str, thresholds: Any) -> tuple[RejectionOption, ...
 
 def _rejection_option(name: str, spec: str) -> RejectionOption:
     lower_text, sep, upper_text = spec.partition("_")
+    two_sided = name.endswith("k1") or name in RATIO_RS_OPTIONS
     try:
-        if name.endswith("k1"):
+        if two_sided:
             upper = float(upper_text if sep else lower_text)
             lower = float(lower_text) if sep else 1.0 / upper
         elif sep:
@@ -117,7 +130,7 @@ def _rejection_option(name: str, spec: str) -> RejectionOption:
         else:
             upper, lower = float(spec), None
     except (ValueError, ZeroDivisionError):
-        form = "'lower_upper' or one number" if name.endswith("k1") else "one number (no '_')"
+        form = "'lower_upper' or one number" if two_sided else "one number (no '_')"
         raise ValueError(f"threshold {spec!r} for {name}: expected {form}") from None
     if not upper > 0 or (lower is not None and not 0 < lower <= upper):
         raise ValueError(f"threshold {spec!r} for {name}: bounds must be positive, lower <= upper")
@@ -180,6 +193,7 @@ __all__ = [
     "IS_LEVELS",
     "LOSS_TYPES",
     "OLDER_RS_NAMES",
+    "RATIO_RS_OPTIONS",
     "RS_OPTIONS",
     "RejectionOption",
     "SAFETY_BOUND",

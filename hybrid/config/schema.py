@@ -180,6 +180,7 @@ class TrainerConfig:
     balance_batch: bool
     total_epochs: int
     total_training_steps: OptionalPositiveInt
+    max_training_steps: OptionalPositiveInt  # a cap on the steps either of the two above gives
     project_name: str
     experiment_name: str
     logger: Loggers

@@ -11,11 +11,31 @@ many); without any `tags` every section is read. hybrid has one multi_turn secti
 training and validation, so two sections that disagree are reported as two keys setting one
 verl key to different values.
 
-What does not: ROLL's environments are GEM gym environments that make their own task on
-`reset(seed)`, and its env managers size the batch in environment groups
-(num_env_groups x group_size episodes). hybrid's episodes start from dataset rows
-(data.train_files, rollout_batch_size prompts x num_return_sequences_in_group), each with an
-environment answering chat turns (skyrl-gym's BaseTextEnv contract), so those keys are refused.
+Episodes from seeds. ROLL's environments make their own task on `reset(seed)`, and its env
+managers size the batch in environment groups: `num_env_groups` groups of `group_size`
+episodes, split between the `tags` by `num_groups_partition`, env config and seed equal within
+a group; `rollout_batch_size` / `val_batch_size` count trajectories. When an env manager gives
+those keys and every environment it lists makes its task from a seed (hybrid's `sokoban` and
+`frozen_lake`, reward/environments/), its episodes become seed rows: data.train_files /
+data.val_files is the spec `env-seeds:rows=R&seed=S&groups=env/tag*count,...`
+(hybrid/env_seeds.py, read by the data loader; nothing is written), one row per group,
+rollout.n (val_kwargs.n) = group_size, data.train_batch_size = rollout_batch_size / group_size
+rows, data.val_batch_size = val_batch_size / group_size. Training gets max_steps x that many
+rows, each with a fresh seed drawn from `seed`; validation val_batch_size / group_size rows from
+`seed` + 1, the same boards at every validation. The row names its environment (env_class) and
+tag; the tag's settings are in multi_turn.env_kwargs.tags.<tag>: env_config, and what ROLL's
+env manager reads (max_steps as max_actions, max_tokens_per_step, agent_system_template,
+agent_template: the grid games render their turns with them, as TrajEnvManager does). Lookup
+tables (grid_lookup, grid_vocab) travel as [[key, value], ...] lists. ROLL's episode score is
+the sum of the step rewards, hybrid's reward_placement=final.
+
+Rewards: reward_normalization (grouping traj_group_id: the episodes of one seed row) with
+adv_estimator grpo/reinforce and whiten_advantages map onto hybrid's estimators (agentic_advantage);
+group normalisation followed by whitening has no hybrid equivalent and is refused.
+
+What does not: other environments (GEM's webshop, ...), environments that start from dataset
+rows (hybrid's own: with them the env managers' tags only select sections and the group keys are
+refused), one manager from seeds and the other from rows, per-step estimators (GiGPO).
 """
 
 from __future__ import annotations
@@ -24,6 +44,7 @@ from typing import Any
 
 from hybrid.dialects.environments import ENV_KWARGS, MULTI_TURN, check_environment
 from hybrid.dialects.table import Context, Refusal, Rule, custom, ignore, refuse
+from hybrid.env_seeds import make_spec
 
 MANAGERS = ("train_env_manager", "val_env_manager")
 TRAJECTORY_MANAGER = "roll.pipeline.agentic.env_manager.traj_env_manager.TrajEnvManager"
@@ -36,7 +57,21 @@ TEMPLATES = (
     "ROLL's env manager renders each observation into a prompt with these templates; hybrid's "
     "environments return the chat messages themselves (init(prompt), step(...)['observations'])"
 )
-MAPPED = "env_type, max_steps, max_tokens_per_step, env_config.*, env_manager_cls, max_env_step_concurrent"
+MAPPED = (
+    "env_type, max_steps, max_tokens_per_step, env_config.*, env_manager_cls, max_env_step_concurrent, "
+    "agent_system_template, agent_template"
+)
+ROLLOUT = "actor_rollout_ref.rollout"
+# hybrid's environments that read ROLL's per-section settings from env_kwargs.tags.<tag> (grid_game.py)
+GRID_GAMES = ("sokoban", "frozen_lake")
+TAGS = f"{ENV_KWARGS}.tags"
+# Settings that are lookup tables: Hydra's override grammar cannot quote keys such as "." or "0", so a
+# table travels as a list of [key, value] pairs (reward/environments/grid_game.py reads both forms).
+TABLES = ("grid_lookup", "grid_vocab", "action_lookup", "map_lookup")
+# ROLL's EnvManagerConfig defaults (roll/pipeline/agentic/agentic_config.py) and BaseConfig's seed.
+MANAGER_DEFAULTS = {"num_env_groups": 128, "group_size": 1, "tags": ["SimpleSokoban"], "num_groups_partition": [128]}
+EPISODE_KEYS = tuple(MANAGER_DEFAULTS)
+ROLL_SEED = 42
 
 
 def _tag(ctx: Context) -> str:
@@ -66,9 +101,15 @@ def _whole(value: Any, what: str) -> int:
     return value
 
 
+def _grid_game(ctx: Context) -> bool:
+    """Whether this section's environment is one of hybrid's grid games (settings in env_kwargs.tags.<tag>)."""
+    return ctx.get(f"custom_envs.{_tag(ctx)}.env_type", None) in GRID_GAMES
+
+
 def _max_steps(value: Any, ctx: Context) -> dict[str, Any]:
     turns = _whole(value, "actions, that is model turns, per episode")
-    return {f"{MULTI_TURN}.enable": True, f"{MULTI_TURN}.max_assistant_turns": turns}
+    out = {f"{MULTI_TURN}.enable": True, f"{MULTI_TURN}.max_assistant_turns": turns}
+    return out | ({f"{TAGS}.{_tag(ctx)}.max_actions": turns} if _grid_game(ctx) else {})
 
 
 MAX_NEW_TOKENS = "actor_infer.generating_args.max_new_tokens"
@@ -83,7 +124,9 @@ def _tokens_per_step(value: Any, ctx: Context) -> dict[str, Any]:
     turn = _whole(value, "tokens per model turn")
     cap = ctx.get(MAX_NEW_TOKENS, None)
     turn = min(turn, cap) if isinstance(cap, int) and not isinstance(cap, bool) else turn
-    return {f"{MULTI_TURN}.enable": True, f"{MULTI_TURN}.max_tokens_per_turn": turn}
+    out = {f"{MULTI_TURN}.enable": True, f"{MULTI_TURN}.max_tokens_per_turn": turn}
+    # the templates' {max_response_length} is the section's own value, as ROLL renders it
+    return out | ({f"{TAGS}.{_tag(ctx)}.max_tokens_per_step": value} if _grid_game(ctx) else {})
 
 
 def _max_new_tokens(value: Any, ctx: Context) -> dict[str, Any]:
@@ -98,7 +141,10 @@ def _max_new_tokens(value: Any, ctx: Context) -> dict[str, Any]:
 
 def _env_type(value: Any, ctx: Context) -> dict[str, Any]:
     hint = f"ROLL's GEM environment {value!r} (gym reset/step) is not in hybrid"
-    return {f"{MULTI_TURN}.enable": True, f"{MULTI_TURN}.env_class": check_environment(value, hint)}
+    name = check_environment(value, hint)
+    if env_driven(ctx) or env_driven(ctx, "val_env_manager"):
+        return {f"{MULTI_TURN}.enable": True}  # each seed row names its environment (env_class column)
+    return {f"{MULTI_TURN}.enable": True, f"{MULTI_TURN}.env_class": name}
 
 
 def _env_config(value: Any, ctx: Context) -> dict[str, Any]:
@@ -106,8 +152,17 @@ def _env_config(value: Any, ctx: Context) -> dict[str, Any]:
     env = ctx.get(f"custom_envs.{tag}.env_type", None)
     if not isinstance(env, str) or not env:
         raise Refusal(f"needs custom_envs.{tag}.env_type: the settings go to that environment's section")
-    leaf = ctx.key[len(f"custom_envs.{tag}.env_config.") :]
-    return {f"{ENV_KWARGS}.{env}.{leaf}": value}
+    prefix = f"custom_envs.{tag}.env_config."
+    leaf = ctx.key[len(prefix) :]
+    if env not in GRID_GAMES:
+        return {f"{ENV_KWARGS}.{env}.{leaf}": value}
+    top = leaf.split(".", 1)[0]
+    if top in TABLES and leaf != top:
+        # the whole table, from every key below it (its keys may be "." or "0": the rest of the dotted key)
+        below = f"{prefix}{top}."
+        pairs = [[key[len(below) :], v] for key, v in ctx.given.items() if key.startswith(below)]
+        return {f"{TAGS}.{tag}.{top}": pairs}
+    return {f"{TAGS}.{tag}.{leaf}": value}
 
 
 def _env_manager(value: Any, ctx: Context) -> dict[str, Any]:
@@ -126,6 +181,8 @@ def _step_workers(value: Any, ctx: Context) -> dict[str, Any]:
 def _templates(value: Any, ctx: Context) -> dict[str, Any]:
     if value in (None, ""):
         return {}
+    if _grid_game(ctx):
+        return {f"{TAGS}.{_tag(ctx)}.{ctx.key.rsplit('.', 1)[1]}": value}
     raise Refusal(TEMPLATES)
 
 
@@ -143,6 +200,130 @@ def _tags(value: Any, ctx: Context) -> dict[str, Any]:
     if missing:
         raise Refusal(f"no custom_envs section for {', '.join(missing)}")
     return {}
+
+
+def _manager_envs(ctx: Context, manager: str) -> list[Any]:
+    tags = _manager_value(ctx, manager, "tags")
+    return [ctx.get(f"custom_envs.{tag}.env_type", None) for tag in ([tags] if isinstance(tags, str) else tags)]
+
+
+def env_driven(ctx: Context, manager: str = "train_env_manager") -> bool:
+    """Whether the env manager's episodes come from seeds: any of its group keys given and every
+    environment it lists makes its task from a seed (hybrid's grid games). Otherwise its tags only
+    select the custom_envs sections read, and the episodes start from the data files' rows."""
+    given = any(ctx.has(f"{manager}.{key}") for key in EPISODE_KEYS)
+    return given and all(env in GRID_GAMES for env in _manager_envs(ctx, manager))
+
+
+def _manager_value(ctx: Context, manager: str, key: str) -> Any:
+    full = f"{manager}.{key}"
+    return ctx.get(full) if ctx.has(full) else MANAGER_DEFAULTS[key]
+
+
+def group_size(ctx: Context, manager: str = "train_env_manager") -> int:
+    return _whole(_manager_value(ctx, manager, "group_size"), f"{manager}.group_size")
+
+
+def _batch_groups(ctx: Context, key: str, manager: str) -> int:
+    """ROLL's agentic batch (trajectories) in hybrid's units: groups of group_size, one row each."""
+    value = ctx.get(key, None)
+    size = group_size(ctx, manager)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise Refusal(f"{key}={value!r}: a whole number of trajectories >= 1 (ROLL's agentic batch)")
+    if value % size:
+        raise Refusal(
+            f"{key}={value} trajectories is not a whole number of groups of {manager}.group_size={size} "
+            f"(ROLL asserts it; hybrid samples each seed row group_size times)"
+        )
+    return value // size
+
+
+def train_prompts(ctx: Context) -> int:
+    """The training batch in prompts (data.train_batch_size): rollout_batch_size prompts (RLVR), or
+    rollout_batch_size / group_size seed rows (agentic, env-driven)."""
+    if env_driven(ctx):
+        return _batch_groups(ctx, "rollout_batch_size", "train_env_manager")
+    return ctx.effective("rollout_batch_size", "data.train_batch_size")
+
+
+def samples_per_prompt(ctx: Context) -> int:
+    """Samples per prompt (rollout.n): num_return_sequences_in_group, or the env groups' group_size."""
+    if env_driven(ctx):
+        return group_size(ctx)
+    return ctx.effective("num_return_sequences_in_group", f"{ROLLOUT}.n")
+
+
+def _train_batch(value: Any, ctx: Context) -> dict[str, Any]:
+    return {"data.train_batch_size": train_prompts(ctx)}
+
+
+def _val_batch(value: Any, ctx: Context) -> dict[str, Any]:
+    if not env_driven(ctx, "val_env_manager"):
+        return {"data.val_batch_size": value}
+    groups = _batch_groups(ctx, "val_batch_size", "val_env_manager")
+    envs = _manager_value(ctx, "val_env_manager", "num_env_groups") * group_size(ctx, "val_env_manager")
+    if value % envs:
+        raise Refusal(
+            f"val_batch_size={value} is not divisible by val_env_manager's num_env_groups x group_size = {envs} "
+            f"(ROLL asserts it)"
+        )
+    return {"data.val_batch_size": groups}
+
+
+def _groups(ctx: Context, manager: str) -> list[tuple[str, str, int]]:
+    """[(environment, tag, number of groups)] as ROLL's make_env_configs splits num_env_groups."""
+    tags = _manager_value(ctx, manager, "tags")
+    tags = [tags] if isinstance(tags, str) else tags
+    partition = _manager_value(ctx, manager, "num_groups_partition")
+    total = _whole(_manager_value(ctx, manager, "num_env_groups"), f"{manager}.num_env_groups")
+    if not isinstance(partition, list) or not all(isinstance(n, int) and n >= 0 for n in partition):
+        raise Refusal(f"{manager}.num_groups_partition: a list of group counts, one per tag")
+    pairs = [(tag, count) for tag, count in zip(tags, partition, strict=False) if count]
+    if sum(count for _, count in pairs) != total:
+        raise Refusal(
+            f"{manager}.num_groups_partition={partition} over tags {tags} gives "
+            f"{sum(c for _, c in pairs)} groups, not num_env_groups={total} (ROLL asserts they are equal)"
+        )
+    out = []
+    for tag, count in pairs:
+        env = ctx.get(f"custom_envs.{tag}.env_type", None)
+        if not isinstance(env, str) or not env:
+            raise Refusal(f"{manager}.tags: no custom_envs.{tag}.env_type (its episodes need an environment)")
+        out.append((env, tag, count))
+    return out
+
+
+def _episodes(manager: str):
+    """The env manager's group keys -> the seed rows (data.train_files / val_files) and rollout.n."""
+
+    def convert(value: Any, ctx: Context) -> dict[str, Any]:
+        other = "val_env_manager" if manager == "train_env_manager" else "train_env_manager"
+        if not env_driven(ctx, manager):
+            if ctx.key.endswith(".tags"):
+                return {}
+            envs = sorted({str(env) for env in _manager_envs(ctx, manager) if env not in GRID_GAMES})
+            raise Refusal(
+                f"{ENV_DRIVEN}; episodes from seeds need environments that make their task from one "
+                f"({', '.join(GRID_GAMES)}), not {', '.join(envs)}"
+            )
+        if ctx.has(f"{other}.tags") and not env_driven(ctx, other):
+            raise Refusal(
+                f"{manager}'s episodes come from seeds and {other}'s from the data files' rows; hybrid's "
+                f"environments are named one way for both (give {other} seeded environments and its groups)"
+            )
+        seed = ctx.get("seed", ROLL_SEED)
+        n = group_size(ctx, manager)
+        groups = _groups(ctx, manager)
+        if manager == "val_env_manager":
+            rows = _batch_groups(ctx, "val_batch_size", manager)
+            return {"data.val_files": make_spec(groups, rows, seed + 1), f"{ROLLOUT}.val_kwargs.n": n}
+        steps = ctx.get("max_steps", None)
+        if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+            raise Refusal(f"needs max_steps >= 1: hybrid makes the seed rows for that many steps (got {steps!r})")
+        rows = steps * _batch_groups(ctx, "rollout_batch_size", manager)
+        return {"data.train_files": make_spec(groups, rows, seed), f"{ROLLOUT}.n": n}
+
+    return convert
 
 
 def _section_rules() -> tuple[Rule, ...]:
@@ -209,14 +390,42 @@ def _section_rules() -> tuple[Rule, ...]:
 
 
 def _manager_rules(manager: str) -> tuple[Rule, ...]:
+    files = "data.train_files" if manager == "train_env_manager" else "data.val_files"
+    n = f"{ROLLOUT}.n" if manager == "train_env_manager" else f"{ROLLOUT}.val_kwargs.n"
+    how = (
+        "seed rows: data files `env-seeds:rows=R&seed=S&groups=env/tag*count,...` (hybrid/env_seeds.py), "
+        "one row per group, group_size samples of each"
+    )
+    episode_rules = tuple(
+        custom(
+            f"{manager}.{key}",
+            (files, n),
+            _chain(_tags, _episodes(manager)) if key == "tags" else _episodes(manager),
+            how if key == "tags" else "read with tags",
+            "as ROLL: the env config and seed are equal within a group; num_groups_partition splits the groups "
+            "between the tags",
+        )
+        for key in EPISODE_KEYS
+    )
     return (
-        custom(f"{manager}.tags", (), _tags, "selects the custom_envs sections that are read"),
+        *episode_rules,
         ignore(f"{manager}.max_env_num_per_worker", "ROLL's environment workers; hybrid steps environments in threads"),
         ignore(f"{manager}.worker_cls", "ROLL's environment workers"),
         ignore(f"{manager}.llm_proxy.*", "ROLL's route to the policy; hybrid's environments answer the policy's turns"),
-        refuse(f"{manager}.format_penalty", "hybrid's environments score the format themselves", accept=(0, 0.0)),
+        ignore(
+            f"{manager}.format_penalty",
+            "ROLL reads it nowhere (EnvManagerConfig only declares it); the penalty applied is each environment's "
+            "env_config.format_penalty",
+        ),
         refuse(f"{manager}.*", ENV_DRIVEN),
     )
+
+
+def _chain(first, second):
+    def convert(value: Any, ctx: Context) -> dict[str, Any]:
+        return first(value, ctx) | second(value, ctx)
+
+    return convert
 
 
 # Top-level variables of ROLL's example files (examples/config/traj_envs.yaml), read through
@@ -243,19 +452,97 @@ def _ratio_type(value: Any, ctx: Context) -> dict[str, Any]:
     raise Refusal("hybrid's importance ratio is per token (segment ratios have no key)")
 
 
+def is_agentic(ctx: Context) -> bool:
+    """An agentic pipeline file (custom_envs given): its rewards are normalised by reward_normalization."""
+    return _agentic(ctx)
+
+
+def _norm_types(ctx: Context) -> tuple[Any, Any]:
+    """reward_normalization's (mean type, std type), as RewardNormalizationConfig derives them from method
+    and grouping when norm_mean_type / norm_std_type are not given."""
+    method = ctx.get("reward_normalization.method", "identity")
+    grouping = str(ctx.get("reward_normalization.grouping", "batch") or "").lower()
+    scope = "batch" if grouping == "batch" else "group"
+    derived = {
+        "identity": (None, None),
+        "mean": (scope, None),
+        "mean_std": (scope, scope),
+        "asym_clip": (scope, scope),
+    }.get(method, (None, None))
+    mean = ctx.get("reward_normalization.norm_mean_type", None) or derived[0]
+    std = ctx.get("reward_normalization.norm_std_type", None) or derived[1]
+    return mean, std
+
+
+def agentic_advantage(ctx: Context) -> dict[str, Any]:
+    """adv_estimator with reward_normalization and whiten_advantages in ROLL's agentic pipeline
+    (roll/pipeline/agentic/utils.py): each episode's score is normalised (grouping traj_group_id:
+    within its group of group_size episodes, the seed row here), grpo and reinforce both take
+    that as every token's return (gamma 1), then whiten_advantages whitens over the batch."""
+    est, whiten = ctx.get("adv_estimator"), ctx.get("whiten_advantages")
+    mean, std = _norm_types(ctx)
+    grouping = ctx.get("reward_normalization.grouping", "batch")
+    method = ctx.get("reward_normalization.method", "identity")
+    combo = (
+        f"adv_estimator={est}, reward_normalization (grouping={grouping}, method={method}: mean {mean}, std {std}), "
+        f"whiten_advantages={whiten}"
+    )
+    if est == "gae":
+        if mean is not None or std is not None:
+            raise Refusal(f"{combo}: no key to normalise rewards before GAE", shared=True)
+        return {"algorithm.adv_estimator": "gae"}
+    if est not in ("grpo", "reinforce"):
+        raise Refusal(f"{combo}: the agentic estimators mapped are grpo, reinforce and gae", shared=True)
+    if mean == "group" and grouping != "traj_group_id":
+        raise Refusal(
+            f"{combo}: hybrid's groups are the episodes of one seed row (grouping: traj_group_id)", shared=True
+        )
+    if mean == "group" and not whiten:
+        return {"algorithm.adv_estimator": "grpo", "algorithm.norm_adv_by_std_in_grpo": std == "group"}
+    if mean in ("batch", None) and std in ("batch", None) and whiten:
+        # whitening over the batch undoes any batch-level normalisation before it: REINFORCE++
+        return {"algorithm.adv_estimator": "reinforce_plus_plus"}
+    if mean == "group" and whiten:
+        raise Refusal(
+            f"{combo}: group-normalised episode scores whitened again over the batch; hybrid's grpo does not "
+            f"whiten again (whiten_advantages: false is hybrid's grpo)",
+            shared=True,
+        )
+    raise Refusal(
+        f"{combo}: hybrid has group normalisation without whitening (-> grpo) or whitening of raw or "
+        f"batch-normalised scores (-> reinforce_plus_plus), not this combination",
+        shared=True,
+    )
+
+
+def _read_with_estimator(value: Any, ctx: Context) -> dict[str, Any]:
+    return agentic_advantage(ctx) if ctx.has("adv_estimator") else {}
+
+
 def _top_level_rules() -> tuple[Rule, ...]:
     return (
         *(
             ignore(name, "a YAML variable of ROLL's example environment files, read through custom_envs")
             for name in _VARIABLES
         ),
-        refuse("render_save_dir", "hybrid renders no environment frames", accept=(None,)),
-        refuse(
-            "reward_normalization.method",
-            "hybrid does not normalise environment rewards before the advantage estimator",
-            accept=("identity",),
+        ignore(
+            "render_save_dir",
+            "ROLL reads it nowhere beyond adding a timestamp to the path (its environments save no frames)",
         ),
-        ignore("reward_normalization.grouping", "read only with reward_normalization.method, which is refused"),
+        custom(
+            "reward_normalization.method",
+            ("algorithm.adv_estimator", "algorithm.norm_adv_by_std_in_grpo"),
+            _read_with_estimator,
+            "read with adv_estimator and whiten_advantages (see adv_estimator)",
+        ),
+        custom(
+            "reward_normalization.grouping",
+            ("algorithm.adv_estimator",),
+            _read_with_estimator,
+            "traj_group_id: hybrid's groups (the episodes of one seed row); batch",
+        ),
+        custom("reward_normalization.norm_mean_type", ("algorithm.adv_estimator",), _read_with_estimator, "as method"),
+        custom("reward_normalization.norm_std_type", ("algorithm.adv_estimator",), _read_with_estimator, "as method"),
         ignore(
             "batch_adjust_mode",
             "hybrid's batch is always rollout_batch_size x num_return_sequences_in_group "
@@ -274,4 +561,30 @@ AGENTIC_RULES = (
     *_top_level_rules(),
 )
 
-__all__ = ["AGENTIC_RULES", "TRAJECTORY_MANAGER"]
+BATCH_RULES = (
+    custom(
+        "rollout_batch_size",
+        ("data.train_batch_size",),
+        _train_batch,
+        "prompts per step; agentic (env managers given): trajectories / train_env_manager.group_size",
+        "ROLL's agentic pipeline counts the batch in trajectories, hybrid in prompts (seed rows)",
+    ),
+    custom(
+        "val_batch_size",
+        ("data.val_batch_size",),
+        _val_batch,
+        "same value; agentic: trajectories / val_env_manager.group_size",
+        "the validation set of an agentic run is this many seed rows, the same boards at every validation",
+    ),
+)
+
+__all__ = [
+    "agentic_advantage",
+    "is_agentic",
+    "AGENTIC_RULES",
+    "BATCH_RULES",
+    "TRAJECTORY_MANAGER",
+    "env_driven",
+    "samples_per_prompt",
+    "train_prompts",
+]

@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 from hybrid.dialects.asynchronous import ceil, engines_apart, in_turn_apart, streamed
+from hybrid.dialects.roll_agentic import agentic_advantage, is_agentic, samples_per_prompt, train_prompts
 from hybrid.dialects.table import NO_DUAL_CLIP, Context, Refusal, hybrid_default, show
 
 ARR = "actor_rollout_ref"
@@ -136,7 +137,7 @@ def _schedule(ctx: Context) -> dict[str, Any]:
     ratio = _ratio(ctx)
     if ratio == 0:
         return in_turn_apart()
-    train = ctx.effective("rollout_batch_size", "data.train_batch_size")
+    train = train_prompts(ctx)
     if ctx.has("actor_train.training_args.per_device_train_batch_size") or ctx.has(
         "actor_train.training_args.gradient_accumulation_steps"
     ):
@@ -181,7 +182,7 @@ def _mini_batch(role: str, ctx: Context) -> tuple[int, str]:
     per_device = ctx.get(f"{role}.training_args.per_device_train_batch_size")
     accumulation = ctx.get(f"{role}.training_args.gradient_accumulation_steps")
     world = _world(ctx)
-    n = ctx.effective("num_return_sequences_in_group", f"{ROLLOUT}.n")
+    n = samples_per_prompt(ctx)
     samples = per_device * accumulation * world
     what = (
         f"per_device_train_batch_size {per_device} x gradient_accumulation_steps {accumulation} x "
@@ -209,7 +210,7 @@ def _batches(role: str, mini_key: str, micro_key: str):
 
 def _warmup(role: str, verl_key: str):
     def convert(value: Any, ctx: Context) -> dict[str, Any]:
-        train = ctx.effective("rollout_batch_size", "data.train_batch_size")
+        train = train_prompts(ctx)
         epochs = ctx.effective("ppo_epochs", f"{ACTOR}.ppo_epochs")
         if ctx.has(f"{role}.training_args.per_device_train_batch_size") or ctx.has(
             f"{role}.training_args.gradient_accumulation_steps"
@@ -241,7 +242,10 @@ def _betas(role: str, verl_key: str):
 
 
 def _advantage(value: Any, ctx: Context) -> dict[str, Any]:
-    """adv_estimator, norm_mean_type, norm_std_type and whiten_advantages, read together."""
+    """adv_estimator, norm_mean_type, norm_std_type and whiten_advantages, read together (in an
+    agentic file with reward_normalization instead of norm_mean_type / norm_std_type)."""
+    if is_agentic(ctx) and ctx.get("adv_estimator") not in ("gigpo", "step_reinforce", "agentic_reinforce"):
+        return agentic_advantage(ctx)
     est, mean, std, whiten = (
         ctx.get(k) for k in ("adv_estimator", "norm_mean_type", "norm_std_type", "whiten_advantages")
     )

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from hybrid.dialects.asynchronous import SCHEDULE_KEYS
-from hybrid.dialects.roll_agentic import AGENTIC_RULES, _max_new_tokens
+from hybrid.dialects.roll_agentic import AGENTIC_RULES, BATCH_RULES, _max_new_tokens
 from hybrid.dialects.roll_convert import (
     ACTOR,
     ARR,
@@ -250,9 +250,8 @@ RULES: tuple[Rule, ...] = (
         accept=(False,),
     ),
     # ---- sizes
-    same("rollout_batch_size", "data.train_batch_size", note="prompts per step, in both"),
+    *BATCH_RULES,
     same("num_return_sequences_in_group", f"{ROLLOUT}.n"),
-    same("val_batch_size", "data.val_batch_size"),
     same("prompt_length", "data.max_prompt_length"),
     custom(
         "response_length",

@@ -7,24 +7,33 @@ from __future__ import annotations
 
 from hybrid.dialects.skyrl_convert import (
     ACTOR,
-    _cispo_bound,
-    _clip_ratio_c,
     _dynamic_sampling,
     _entropy,
-    _eps_clip,
     _kl_estimator,
     _legacy_kl_flag,
     _max_sample_batches,
     _normalize_values,
     _overlong_buffer,
-    _policy_loss,
     _temperature,
+)
+from hybrid.dialects.skyrl_off_policy import (
+    _cispo_bound,
+    _clip_ratio_c,
+    _eps_clip,
+    _policy_loss,
+    _sequence_mask,
     _tis_cap,
     _tis_ratio_type,
     _token_tis_clip,
     _use_tis,
 )
 from hybrid.dialects.table import NO_DUAL_CLIP, choice, custom, ignore, refuse, same
+
+
+def _read_elsewhere(value, ctx) -> dict:
+    """A bound that another key's rule reads (named in the rule's `how`); writes nothing itself."""
+    return {}
+
 
 ALGORITHM_RULES = (
     # ---- algorithm
@@ -89,14 +98,22 @@ ALGORITHM_RULES = (
     custom("trainer.algorithm.temperature", (), _temperature, "null or the sampling temperature accepted"),
     custom(
         "trainer.algorithm.policy_loss_type",
-        (f"{ACTOR}.policy_loss.loss_mode", f"{ACTOR}.clip_ratio_c"),
+        (
+            f"{ACTOR}.policy_loss.loss_mode",
+            f"{ACTOR}.clip_ratio_c",
+            "algorithm.rollout_correction.bypass_mode",
+            "algorithm.rollout_correction.loss_type",
+        ),
         _policy_loss,
         f"regular -> vanilla with clip_ratio_c={NO_DUAL_CLIP:g} (never binds), dual_clip -> vanilla, cispo -> cispo "
         "with clip_ratio_low/high from trainer.algorithm.cispo.*, gspo, clip_cov, kl_cov, sapo, importance_sampling "
         f"-> vanilla with clip_ratio_low/high/c={NO_DUAL_CLIP:g} (unclipped -ratio x A), reinforce -> gpg "
-        "(-log pi x A); refused: rollout_is, dppo, cross_entropy",
+        "(-log pi x A), rollout_is -> rollout_is with rollout_correction.bypass_mode=true (the ratio to the "
+        "engine's log-probs, zeroed outside the clip band; refused with use_kl_in_reward or TIS); refused: dppo, "
+        "cross_entropy",
         "reinforce is the loss SkyRL's custom-loss example registers in its entry point; it averages over "
-        "every position of the padded batch, hybrid aggregates by loss_reduction",
+        "every position of the padded batch, hybrid aggregates by loss_reduction. rollout_is is GLM-5's agentic "
+        "loss (workers/losses.py, checked against SkyRL's function in tests/unit/test_skyrl_oracle_off_policy.py)",
     ),
     choice(
         "trainer.algorithm.loss_reduction",
@@ -210,9 +227,15 @@ ALGORITHM_RULES = (
     custom("trainer.algorithm.tis_imp_ratio_cap", (f"{ACTOR}.tis_imp_ratio_cap",), _tis_cap, "read with use_tis=true"),
     custom(
         "trainer.algorithm.off_policy_correction.tis_ratio_type",
-        (f"{ACTOR}.tis_imp_ratio_cap",),
+        (
+            f"{ACTOR}.tis_imp_ratio_cap",
+            "algorithm.rollout_correction.rollout_is",
+            "algorithm.rollout_correction.rollout_is_threshold",
+        ),
         _tis_ratio_type,
-        "token -> tis_imp_ratio_cap = token_tis_ratio_clip_high; null: nothing",
+        "token -> tis_imp_ratio_cap = token_tis_ratio_clip_high; sequence -> rollout_correction.rollout_is="
+        "sequence, rollout_is_threshold = sequence_tis_ratio_clip_high; null: nothing",
+        "sequence: the product of pi_old / pi_rollout over the response, truncated; the same formula in both",
     ),
     custom(
         "trainer.algorithm.off_policy_correction.token_tis_ratio_clip_high",
@@ -220,30 +243,45 @@ ALGORITHM_RULES = (
         _token_tis_clip,
         "read with tis_ratio_type=token",
     ),
-    ignore(
+    custom(
         "trainer.algorithm.off_policy_correction.sequence_tis_ratio_clip_high",
-        "read only with tis_ratio_type=sequence, which is refused",
+        (),
+        _read_elsewhere,
+        "read with tis_ratio_type=sequence",
     ),
-    refuse(
+    custom(
         "trainer.algorithm.off_policy_correction.sequence_mask_metric",
-        "no sequence masking by importance ratio in hybrid",
-        accept=(None,),
+        ("algorithm.rollout_correction.rollout_rs", "algorithm.rollout_correction.rollout_rs_threshold"),
+        _sequence_mask,
+        "geometric -> rollout_rs=seq_geo_ratio, product -> seq_prod_ratio, rollout_rs_threshold = "
+        "'<low>_<high>' of the metric's bounds; with policy_loss_type=rollout_is and one optimizer step per batch "
+        "(else refused); null: nothing",
+        "the same formula: the sequence's geometric mean or product of pi_old / pi_rollout, masked out of the "
+        "policy loss's numerator only (tests/unit/test_skyrl_oracle_off_policy.py)",
     ),
-    ignore(
+    custom(
         "trainer.algorithm.off_policy_correction.geo_mask_high",
-        "read only with sequence_mask_metric, which is refused",
+        (),
+        _read_elsewhere,
+        "read with sequence_mask_metric=geometric",
     ),
-    ignore(
+    custom(
         "trainer.algorithm.off_policy_correction.geo_mask_low",
-        "read only with sequence_mask_metric, which is refused",
+        (),
+        _read_elsewhere,
+        "read with sequence_mask_metric=geometric",
     ),
-    ignore(
+    custom(
         "trainer.algorithm.off_policy_correction.product_mask_high",
-        "read only with sequence_mask_metric, which is refused",
+        (),
+        _read_elsewhere,
+        "read with sequence_mask_metric=product",
     ),
-    ignore(
+    custom(
         "trainer.algorithm.off_policy_correction.product_mask_low",
-        "read only with sequence_mask_metric, which is refused",
+        (),
+        _read_elsewhere,
+        "read with sequence_mask_metric=product",
     ),
     refuse(
         "trainer.algorithm.off_policy_correction.outlier_token_is_threshold_low",

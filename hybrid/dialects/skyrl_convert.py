@@ -1,6 +1,7 @@
 """The converters of the SkyRL dialect (skyrl.py): the functions its rules call to turn a
 SkyRL value into verl keys (units, names and the checks of keys read together), and the
-reasons and key prefixes the rules share.
+reasons and key prefixes the rules share. The policy-loss and off-policy ones are in
+skyrl_off_policy.py.
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from hybrid.dialects.asynchronous import engines_apart, in_turn_apart, streamed, whole
-from hybrid.dialects.table import NO_DUAL_CLIP, Context, Refusal, Rule, custom
+from hybrid.dialects.table import Context, Refusal, Rule, custom
 
 ARR = "actor_rollout_ref"
 ACTOR = f"{ARR}.actor"
@@ -97,49 +98,6 @@ def _legacy_kl_flag(kind: str):
     return convert
 
 
-def _policy_loss(value: Any, ctx: Context) -> dict[str, Any]:
-    loss = f"{ACTOR}.policy_loss.loss_mode"
-    if value == "regular":
-        return {loss: "vanilla", f"{ACTOR}.clip_ratio_c": NO_DUAL_CLIP}
-    if value == "dual_clip":
-        return {loss: "vanilla", f"{ACTOR}.clip_ratio_c": ctx.get("trainer.algorithm.clip_ratio_c")}
-    if value == "cispo":
-        return {
-            loss: "cispo",
-            f"{ACTOR}.clip_ratio_low": ctx.get("trainer.algorithm.cispo.cispo_eps_clip_low"),
-            f"{ACTOR}.clip_ratio_high": ctx.get("trainer.algorithm.cispo.cispo_eps_clip_high"),
-        }
-    if value in ("gspo", "clip_cov", "kl_cov", "sapo"):
-        return {loss: value}
-    if value == "importance_sampling":  # -ratio * A, unclipped: PPO's clip at bounds no ratio reaches
-        return {
-            loss: "vanilla",
-            f"{ACTOR}.clip_ratio_low": NO_DUAL_CLIP,
-            f"{ACTOR}.clip_ratio_high": NO_DUAL_CLIP,
-            f"{ACTOR}.clip_ratio_c": NO_DUAL_CLIP,
-        }
-    if value == "reinforce":  # SkyRL's custom-loss example: -log pi * A, which is hybrid's gpg
-        return {loss: "gpg"}
-    if value in _LOSSES_REFUSED:
-        raise Refusal(_LOSSES_REFUSED[value])
-    raise Refusal(
-        "supported: regular, dual_clip, gspo, clip_cov, kl_cov, cispo, sapo, importance_sampling, reinforce "
-        "(a loss from SkyRL's PolicyLossRegistry can be registered in hybrid through "
-        "actor_rollout_ref.model.external_lib)"
-    )
-
-
-_LOSSES_REFUSED = {
-    "rollout_is": (
-        "GLM-5's loss zeroes the gradient of tokens whose ratio to the engine's log-probs leaves "
-        "(1 - eps_clip_low, 1 + eps_clip_high); hybrid's nearest is policy_loss_type=cispo with the engine's "
-        "log-probs as anchor (algorithm.rollout_correction.bypass_mode=true), which clamps instead of zeroing"
-    ),
-    "dppo": "hybrid has no DPPO loss (probability divergences instead of ratios)",
-    "cross_entropy": "a supervised loss: use hybrid's SFT trainer (python -m hybrid.sft_trainer)",
-}
-
-
 def _critic_lora(value: Any, ctx: Context) -> dict[str, Any]:
     # The other lora keys only tune an adapter that rank 0 does not build.
     if not ctx.get("trainer.critic.model.lora.rank", 0):
@@ -163,37 +121,6 @@ def _overlong_buffer(value: Any, ctx: Context) -> dict[str, Any]:
     }
 
 
-def _policy_loss_is(ctx: Context, *names: str) -> bool:
-    return ctx.has("trainer.algorithm.policy_loss_type") and ctx.get("trainer.algorithm.policy_loss_type") in names
-
-
-def _eps_clip(verl_key: str):
-    def convert(value: Any, ctx: Context) -> dict[str, Any]:
-        # SkyRL's cispo reads its own bounds (trainer.algorithm.cispo.*), and its importance_sampling
-        # and reinforce losses no bounds: not these.
-        return {} if _policy_loss_is(ctx, "cispo", "importance_sampling", "reinforce") else {verl_key: value}
-
-    return convert
-
-
-def _cispo_bound(verl_key: str):
-    def convert(value: Any, ctx: Context) -> dict[str, Any]:
-        return {verl_key: value} if _policy_loss_is(ctx, "cispo") else {}
-
-    return convert
-
-
-def _clip_ratio_c(value: Any, ctx: Context) -> dict[str, Any]:
-    # With policy_loss_type=regular SkyRL never reads it (the loss rule writes the bound).
-    return (
-        {}
-        if _policy_loss_is(
-            ctx, "regular", "cispo", "gspo", "clip_cov", "kl_cov", "sapo", "importance_sampling", "reinforce"
-        )
-        else {f"{ACTOR}.clip_ratio_c": value}
-    )
-
-
 def _entropy(value: Any, ctx: Context) -> dict[str, Any]:
     use = ctx.get("trainer.algorithm.use_entropy_loss", False)
     if ctx.key == "trainer.algorithm.entropy_loss_coef" and use is not True:
@@ -209,40 +136,6 @@ def _temperature(value: Any, ctx: Context) -> dict[str, Any]:
         f"hybrid scales the policy's logits by the sampling temperature ({sampling}, "
         f"generator.sampling_params.temperature); a different one has no key"
     )
-
-
-def _use_tis(value: Any, ctx: Context) -> dict[str, Any]:
-    if value is not True:
-        return {f"{ACTOR}.tis_imp_ratio_cap": -1.0}
-    cap = ctx.get("trainer.algorithm.tis_imp_ratio_cap")
-    if not isinstance(cap, (int, float)) or cap <= 0:
-        raise Refusal("use_tis=true needs trainer.algorithm.tis_imp_ratio_cap > 0")
-    return {f"{ACTOR}.tis_imp_ratio_cap": float(cap)}
-
-
-def _tis_cap(value: Any, ctx: Context) -> dict[str, Any]:
-    # SkyRL reads the cap only with use_tis=true (the deprecated spelling of token TIS).
-    return _use_tis(True, ctx) if ctx.get("trainer.algorithm.use_tis", False) is True else {}
-
-
-def _tis_ratio_type(value: Any, ctx: Context) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if value == "token":
-        return {
-            f"{ACTOR}.tis_imp_ratio_cap": float(
-                ctx.get("trainer.algorithm.off_policy_correction.token_tis_ratio_clip_high")
-            )
-        }
-    raise Refusal(
-        "only token-level truncated importance sampling exists in hybrid (actor_rollout_ref.actor.tis_imp_ratio_cap)"
-    )
-
-
-def _token_tis_clip(value: Any, ctx: Context) -> dict[str, Any]:
-    if ctx.get("trainer.algorithm.off_policy_correction.tis_ratio_type", None) == "token":
-        return {f"{ACTOR}.tis_imp_ratio_cap": float(value)}
-    return {}
 
 
 def _dynamic_sampling(value: Any, ctx: Context) -> dict[str, Any]:
@@ -282,6 +175,18 @@ def _max_ckpts(value: Any, ctx: Context) -> dict[str, Any]:
 def _epochs(value: Any, ctx: Context) -> dict[str, Any]:
     # hybrid's default job stops after trainer.total_training_steps; SkyRL runs whole epochs.
     return {"trainer.total_epochs": value, "trainer.total_training_steps": None}
+
+
+def _max_training_steps(value: Any, ctx: Context) -> dict[str, Any]:
+    # SkyRL: min(epochs x steps per epoch, this); its epochs default to 1, which hybrid's
+    # default job (a fixed total_training_steps) would not honour.
+    if value is None:
+        return {}
+    return {
+        "trainer.max_training_steps": value,
+        "trainer.total_training_steps": None,
+        "trainer.total_epochs": ctx.get("trainer.epochs", 1),
+    }
 
 
 def _fsdp_size(verl_key: str):

@@ -24,6 +24,7 @@ from hybrid.dialects.skyrl_convert import (
     _logger,
     _lora_init,
     _max_ckpts,
+    _max_training_steps,
     _offload_after_step,
     _ref_path,
     _ref_sequence_parallel,
@@ -399,18 +400,20 @@ TRAINER_RULES = (
         "(refused with other trainer.fully_async.* keys)",
         "SkyRL's fully async entry points require it",
     ),
-    refuse(
+    ignore(
         "trainer.fully_async.clear_kv_cache_on_weight_sync",
-        "hybrid aborts a turn in flight at a weight sync and samples it again on the new weights with a fresh KV "
-        "cache (as true); it never reuses the KV cache of the older weights",
-        accept=(True,),
+        "both values: hybrid never continues a turn across a weight push (it aborts the turn in flight and samples "
+        "it again on the new weights, KV cache built anew), so neither SkyRL's reuse of the older weights' KV cache "
+        "(false, its default, which hybrid's fully async mapping already stands for) nor its recomputed prefix "
+        "(true) happens; each turn trained comes from one weight version",
     ),
-    refuse(
+    custom(
         "trainer.max_training_steps",
-        "SkyRL stops at the smaller of trainer.epochs x steps per epoch and this; hybrid's "
-        "trainer.total_training_steps runs that many steps whatever the epochs (it cannot take the smaller of "
-        "the two before the data is read); give trainer.epochs alone",
-        accept=(None,),
+        ("trainer.max_training_steps", "trainer.total_training_steps", "trainer.total_epochs"),
+        _max_training_steps,
+        "N -> trainer.max_training_steps=N with total_epochs = trainer.epochs (SkyRL's 1 when not given) and "
+        "total_training_steps=null; null -> nothing",
+        "both stop at the smaller of epochs x steps per epoch and N, the learning-rate schedule spanning that",
     ),
     custom(
         "trainer.fully_async.num_parallel_generation_workers",

@@ -98,3 +98,60 @@ def test_roll_rlvr_example_trains_two_steps_without_its_masks(rlvr_run, tmp_path
     for step in steps:
         assert "mask/final_mask_sum_eq_0" not in step
         assert math.isfinite(step["actor/pg_loss"]) and math.isfinite(step["actor/grad_norm"])
+
+
+AGENTIC_EXAMPLE = "examples/qwen3-30BA3B-agentic_fsdp2/agentic_val_sokoban_30a3.yaml"
+
+
+@pytest.fixture(scope="module")
+def agentic_run(tiny_model_dir, tmp_path_factory):
+    """ROLL's agentic Sokoban example (and examples/config/traj_envs.yaml, which its defaults pull
+    in), with its ROLL overrides for model and sizes: 2 environment groups of 2 episodes, 2 actions
+    of at most 8 tokens each."""
+    root = tmp_path_factory.mktemp("roll_agentic")
+    kept = json.loads((REPO / "tests" / "data" / "peer_examples" / "roll.json").read_text())
+    example = next(e for e in kept["examples"] if e["path"] == AGENTIC_EXAMPLE)
+    assert example["selected"] and "examples/config/traj_envs.yaml" in example["defaults_files"]
+    for rel, text in [(example["path"], example["text"]), *example["defaults_files"].items()]:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    overrides = [
+        f"pretrain={tiny_model_dir}",
+        f"reward_pretrain={tiny_model_dir}",
+        "num_gpus_per_node=1",
+        "actor_train.device_mapping=[0]",
+        "actor_infer.device_mapping=[0]",
+        "reference.device_mapping=[0]",
+        "actor_train.model_args.ulysses_size=1",
+        "reference.model_args.ulysses_size=1",
+        "actor_infer.strategy_args.strategy_config.tensor_parallel_size=1",
+        "actor_infer.strategy_args.strategy_config.block_size=32",  # vLLM's CPU attention pages by 32
+        "actor_train.training_args.gradient_accumulation_steps=4",
+        "max_steps=2",
+        "rollout_batch_size=4",
+        "train_env_manager.num_env_groups=2",
+        "train_env_manager.group_size=2",
+        "train_env_manager.num_groups_partition=[2]",
+        "max_actions_per_traj=2",
+        "max_tokens_per_step=8",
+        "+prompt_length=320",
+        "sequence_length=512",
+        "eval_steps=0",
+        "save_steps=0",
+        "whiten_advantages=false",
+    ]
+    return root / example["path"], overrides
+
+
+def test_roll_agentic_example_trains_two_steps_on_sokoban_episodes(agentic_run, tmp_path):
+    path, overrides = agentic_run
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "hybrid.main_ppo", "--roll-config", str(path), *overrides, f"output_dir={out}"]
+    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [s for s in steps if "timing_s/step" in s]
+    assert [s["step"] for s in steps] == [1, 2]
+    for step in steps:
+        print({k: v for k, v in step.items() if "reward" in k or "multi_turn" in k or "pg_loss" in k})
+        assert math.isfinite(step["actor/pg_loss"])

@@ -200,7 +200,7 @@ def test_skyrl_single_turn_budgets_are_unchanged():
         (["generator.max_turns=0"], "a whole number >= 1"),
         (["generator.max_turns=two"], "a whole number >= 1"),
         (["environment.skyrl_gym.max_env_workers=-1"], "a whole number >= 0"),
-        (["environment.env_class=sokoban"], "no environment of that name in hybrid"),
+        (["environment.env_class=webshop"], "no environment of that name in hybrid"),
         (["generator.max_turns=2", "environment.env_class=llm_as_a_judge"], "registered by its example's entry point"),
     ],
 )
@@ -210,8 +210,8 @@ def test_skyrl_multi_turn_refusals(overrides, reason):
 
 
 def test_skyrl_unknown_environment_lists_the_known_ones_and_the_file_form():
-    message = skyrl_error("generator.max_turns=2", "environment.env_class=sokoban")
-    assert "environment.env_class=sokoban:" in message
+    message = skyrl_error("generator.max_turns=2", "environment.env_class=webshop")
+    assert "environment.env_class=webshop:" in message
     assert "arithmetic_retry" in message and "path/to/env.py:ClassName" in message
 
 
@@ -313,6 +313,9 @@ train_env_manager:
   tags: [Retry]
 val_env_manager:
   tags: [Retry]
+reward_normalization:
+  grouping: traj_group_id
+  method: mean_std
 """
 
 
@@ -350,7 +353,7 @@ def test_roll_custom_envs_map_onto_multi_turn(tmp_path):
 
 def test_roll_without_tags_reads_every_section(tmp_path):
     text = "custom_envs:\n  Retry:\n    env_type: arithmetic_retry\n    max_steps: 2\n"
-    out = roll(tmp_path, text)
+    out = roll(tmp_path, text, "+reward_normalization.method=mean_std", "+reward_normalization.grouping=traj_group_id")
     assert out[f"{MT}.max_assistant_turns"] == 2 and out[f"{MT}.env_class"] == "arithmetic_retry"
 
 
@@ -358,10 +361,11 @@ def test_roll_without_tags_reads_every_section(tmp_path):
     "overrides, reason",
     [
         (
-            ["train_env_manager.tags=[SimpleSokoban]"],
-            "ROLL's GEM environment 'sokoban' (gym reset/step) is not in hybrid",
+            ["train_env_manager.tags=[SimpleSokoban]", "+train_env_manager.group_size=2"],
+            "train_env_manager's episodes come from seeds and val_env_manager's from the data files' rows",
         ),
-        (["train_env_manager.tags=[SimpleSokoban]"], "renders each observation into a prompt"),
+        (["+custom_envs.Retry.agent_template=Turn"], "renders each observation into a prompt"),
+        (["custom_envs.SimpleSokoban.env_type=webshop", "train_env_manager.tags=[SimpleSokoban]"], "'webshop'"),
         (
             ["train_env_manager.tags=[SimpleSokoban]"],
             "both set actor_rollout_ref.rollout.multi_turn.max_assistant_turns",
@@ -369,7 +373,6 @@ def test_roll_without_tags_reads_every_section(tmp_path):
         (["train_env_manager.tags=[Missing]"], "no custom_envs section for Missing"),
         (["+train_env_manager.num_env_groups=8"], "environment-driven rollout"),
         (["+train_env_manager.group_size=8"], "environment-driven rollout"),
-        (["+val_env_manager.format_penalty=-0.1"], "score the format themselves"),
         (
             ["custom_envs.Retry.env_manager_cls=roll.pipeline.agentic.env_manager.step_env_manager.StepEnvManager"],
             "one sample per trajectory",
@@ -379,8 +382,9 @@ def test_roll_without_tags_reads_every_section(tmp_path):
         (["custom_envs.Retry.max_steps=0"], "a whole number >= 1"),
         (["adv_estimator=gigpo"], "step-wise estimator"),
         (["+ratio_type=segment"], "per token"),
-        (["+reward_normalization.method=mean_std"], "does not normalise environment rewards"),
-        (["+render_save_dir=/tmp/frames"], "renders no environment frames"),
+        (["reward_normalization.grouping=tags"], "hybrid's groups are the episodes of one seed row"),
+        (["whiten_advantages=true"], "hybrid's grpo does not whiten again"),
+        (["reward_normalization.method=identity"], "not this combination"),
     ],
 )
 def test_roll_agentic_refusals(tmp_path, overrides, reason):

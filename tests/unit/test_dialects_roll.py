@@ -286,11 +286,13 @@ def roll_error(tmp_path: Path, text: str, *overrides: str) -> str:
         # the agentic pipeline: max_new_tokens caps each turn with max_tokens_per_step (the smaller wins)
         (
             "actor_infer:\n  generating_args:\n    max_new_tokens: 32\n"
+            "reward_normalization:\n  grouping: traj_group_id\n  method: mean_std\n"
             "custom_envs:\n  R:\n    env_type: arithmetic_retry\n    max_steps: 2\n    max_tokens_per_step: 64\n",
             {f"{A}.rollout.multi_turn.max_tokens_per_turn": 32, "data.max_response_length": 48},
         ),
         (
             "actor_infer:\n  generating_args:\n    max_new_tokens: 32\n"
+            "reward_normalization:\n  grouping: traj_group_id\n  method: mean_std\n"
             "custom_envs:\n  R:\n    env_type: arithmetic_retry\n    max_steps: 2\n",
             {f"{A}.rollout.multi_turn.max_tokens_per_turn": 32},
         ),

@@ -300,8 +300,11 @@ SKYRL_REFUSED = [
     ("trainer.algorithm.dynamic_sampling.type=replace", "replace has no equivalent"),
     ("trainer.algorithm.zero_variance_filter=true", "zero-variance"),
     ("trainer.algorithm.advantage_batch_normalize=true", "normalise advantages over the batch"),
-    ("trainer.algorithm.off_policy_correction.tis_ratio_type=sequence", "token-level truncated importance sampling"),
-    ("trainer.algorithm.off_policy_correction.sequence_mask_metric=geometric", "sequence masking"),
+    ("trainer.algorithm.off_policy_correction.tis_ratio_type=tokens", "supported: token, sequence"),
+    (
+        "trainer.algorithm.off_policy_correction.sequence_mask_metric=geometric",
+        "mapped with policy_loss_type=rollout_is only",
+    ),
     ("trainer.algorithm.policy_loss_type=my_loss", "PolicyLossRegistry"),
     ("trainer.algorithm.temperature=0.5", "sampling temperature"),
     ("generator.step_wise_trajectories=true", "step-wise training"),
@@ -311,7 +314,7 @@ SKYRL_REFUSED = [
     ("generator.zero_reward_on_non_stop=true", "truncated responses"),
     ("generator.chat_template.name_or_path=/t.jinja", "chat template"),
     ("generator.eval_sampling_params.min_p=0.1", "validation min_p"),
-    ("environment.env_class=sokoban", "no environment of that name"),
+    ("environment.env_class=minesweeper", "no environment of that name"),
     ("trainer.policy.model.lora.dropout=0.1", "dropout"),
     ("trainer.policy.record_memory=true", "memory-snapshot"),
     ("trainer.ref.model.path=/other", "initial policy"),
@@ -339,12 +342,24 @@ def test_skyrl_refusals_are_all_listed_at_once_by_name_with_the_reason():
             "environment.env_class=examples.train.llm_as_a_judge.llm_judge_env:GSM8kLLMJudgeEnv",
         ),
         ("generator.max_turns=0", "a whole number >= 1"),
-        ("trainer.max_training_steps=20", "smaller of trainer.epochs x steps per epoch"),
+        (
+            "trainer.algorithm.policy_loss_type=rollout_is trainer.algorithm.use_kl_in_reward=true",
+            "SkyRL's reward KL reads its recomputed old log-probs",
+        ),
         (
             "generator.inference_engine.tensor_parallel_size=2 generator.inference_engine.expert_parallel_size=4",
             "expert_parallel_size must be 1 or tensor_parallel_size (2)",
         ),
-        ("trainer.fully_async.clear_kv_cache_on_weight_sync=false", "never reuses the KV cache"),
+        (
+            "trainer.algorithm.policy_loss_type=rollout_is "
+            "trainer.algorithm.off_policy_correction.tis_ratio_type=token",
+            "not applied by hybrid's bypass mode",
+        ),
+        (
+            "trainer.algorithm.policy_loss_type=rollout_is trainer.update_epochs_per_batch=2 "
+            "trainer.algorithm.off_policy_correction.sequence_mask_metric=product",
+            "the same only for one optimizer step per batch (update_epochs_per_batch=2",
+        ),
         ("generator.vision_language_generator=true", "text only"),
         ("generator.inference_engine.enable_pd=true", "prefill/decode"),
         ("trainer.policy.language_model_only=true", "vision encoder"),
