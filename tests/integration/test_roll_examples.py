@@ -146,12 +146,29 @@ def agentic_run(tiny_model_dir, tmp_path_factory):
 def test_roll_agentic_example_trains_two_steps_on_sokoban_episodes(agentic_run, tmp_path):
     path, overrides = agentic_run
     out = tmp_path / "run"
-    command = [sys.executable, "-m", "hybrid.main_ppo", "--roll-config", str(path), *overrides, f"output_dir={out}"]
+    command = [
+        sys.executable,
+        "-m",
+        "hybrid.main_ppo",
+        "--roll-config",
+        str(path),
+        *overrides,
+        f"output_dir={out}",
+        f"tracker_kwargs.log_dir={out / 'tf_log'}",
+    ]
     result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     steps = [s for s in steps if "timing_s/step" in s]
     assert [s["step"] for s in steps] == [1, 2]
     for step in steps:
-        print({k: v for k, v in step.items() if "reward" in k or "multi_turn" in k or "pg_loss" in k})
-        assert math.isfinite(step["actor/pg_loss"])
+        # 4 episodes (2 seed rows x group_size 2) of 2 model turns each, ended by the environment
+        assert step["multi_turn/turns/mean"] == 2.0 and step["multi_turn/finish_reason/done"] == 1.0
+        assert step["multi_turn/env/actions"] == 2.0 and step["multi_turn/observation_tokens/mean"] > 0
+        # A random model writes no <answer>: each turn is SimpleSokoban's no-op step (-0.1) plus its
+        # format_penalty (-0.15), so every episode scores 2 x -0.25, and that reaches the batch.
+        assert step["multi_turn/env/action_is_valid"] == 0.0
+        assert step["multi_turn/reward/mean"] == pytest.approx(-0.5)
+        assert step["critic/rewards/mean"] == pytest.approx(-0.5) == step["critic/rewards/min"]
+        # equal scores within each group: GRPO's advantages and so the policy loss are 0, and finite
+        assert step["actor/pg_loss"] == 0.0 and math.isfinite(step["actor/grad_norm"])
