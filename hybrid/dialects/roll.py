@@ -49,9 +49,13 @@ DIALECT = Dialect(
         "defaults to gae, loss_agg_mode to seq-mean-token-mean (hybrid: token-mean), init_kl_coef to 0.2.",
         "Data files use verl's columns (prompt, data_source, reward_model.ground_truth, extra_info); "
         "ROLL's tag column does not route rows, each row's data_source picks the scorer.",
-        "Multi-turn: a custom_envs section (the agentic pipeline's) sets hybrid's multi_turn section; the "
-        "episodes start from the data file's rows, whose env_class column picks the environment where "
-        "custom_envs names none (roll_agentic.py has the details).",
+        "Multi-turn: a custom_envs section (the agentic pipeline's) sets hybrid's multi_turn section. An env "
+        "manager whose environments make their task from a seed (sokoban, frozen_lake: ROLL's SimpleSokoban, "
+        "LargerSokoban, SokobanDifferentGridVocab, FrozenLake) runs episodes from seeds: its num_env_groups x "
+        "group_size episodes become seed rows (data files 'env-seeds:rows=R&seed=S&groups=env/tag*count', "
+        "hybrid/env_seeds.py), one row per group sampled group_size times, and rollout_batch_size / "
+        "val_batch_size count trajectories; otherwise the episodes start from the data file's rows, whose "
+        "env_class column picks the environment where custom_envs names none (roll_agentic.py has the details).",
         "Placement: actor_train's device_mapping is the training group (trainer.nnodes x n_gpus_per_node); "
         "reference and critic must use the same one. actor_infer with the same mapping is colocated (hybrid's "
         "fused engine); with a disjoint one its devices become rollout.nnodes x n_gpus_per_node "

@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from hybrid.dialects.asynchronous import ceil, engines_apart, in_turn_apart, streamed
-from hybrid.dialects.roll_agentic import agentic_advantage, is_agentic, samples_per_prompt, train_prompts
+from hybrid.dialects.roll_episodes import agentic_advantage, is_agentic, samples_per_prompt, train_prompts
 from hybrid.dialects.table import NO_DUAL_CLIP, Context, Refusal, hybrid_default, show
 
 ARR = "actor_rollout_ref"

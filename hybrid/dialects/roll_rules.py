@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from hybrid.dialects.asynchronous import SCHEDULE_KEYS
-from hybrid.dialects.roll_agentic import AGENTIC_RULES, BATCH_RULES, _max_new_tokens
+from hybrid.dialects.roll_agentic import AGENTIC_RULES, _max_new_tokens
 from hybrid.dialects.roll_convert import (
     ACTOR,
     ARR,
@@ -47,6 +47,7 @@ from hybrid.dialects.roll_convert import (
     _val_lengths,
     _value_clip,
 )
+from hybrid.dialects.roll_episodes import BATCH_RULES
 from hybrid.dialects.roll_rewards import REWARD_RULES
 from hybrid.dialects.roll_workers import (
     _dtype_train,

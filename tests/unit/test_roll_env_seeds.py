@@ -1,0 +1,129 @@
+"""Episodes from seeds (hybrid/env_seeds.py) and ROLL's agentic env managers mapped onto them
+(hybrid/dialects/roll_episodes.py): the spec's rows, the data loader reading a spec, and ROLL's
+agentic Sokoban example (tests/data/peer_examples/roll.json) translated: batches in groups,
+per-tag settings, its grid vocabulary reaching the environment, and what is refused."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from hybrid.config import ConfigError, build_config
+from hybrid.data import read_rows
+from hybrid.dialects import translate_argv
+from hybrid.env_seeds import make_spec, parse_spec, spec_rows
+from reward.environments import EnvFactory
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = "examples/qwen3-30BA3B-agentic_fsdp2/agentic_val_sokoban_30a3.yaml"
+MT = "actor_rollout_ref.rollout.multi_turn"
+
+
+def test_spec_rows_follow_the_groups_and_seed():
+    spec = make_spec([("sokoban", "Small", 1), ("frozen_lake", "Lake", 2)], rows=6, seed=7)
+    assert spec == "env-seeds:rows=6&seed=7&groups=sokoban/Small*1,frozen_lake/Lake*2"
+    assert parse_spec(spec) == ([("sokoban", "Small", 1), ("frozen_lake", "Lake", 2)], 6, 7)
+    rows = spec_rows(spec)
+    # row i belongs to group i mod 3: Small, Lake, Lake, Small, Lake, Lake
+    assert [r["tag"] for r in rows] == ["Small", "Lake", "Lake"] * 2
+    assert [r["env_class"] for r in rows[:3]] == ["sokoban", "frozen_lake", "frozen_lake"]
+    assert rows == spec_rows(spec) and len({r["seed"] for r in rows}) == 6  # repeatable, distinct
+    assert [r["seed"] for r in spec_rows(make_spec([("sokoban", "Small", 1)], 6, 8))] != [r["seed"] for r in rows]
+    assert rows[0]["data_source"] == "Small" and rows[0]["extra_info"] == {
+        "index": 0,
+        "tag": "Small",
+        "seed": rows[0]["seed"],
+    }
+    assert read_rows(spec) == rows  # the data loader reads a spec as its rows
+    with pytest.raises(ValueError, match=r"group 'sokoban\*2' is not env/tag\*count"):
+        parse_spec("env-seeds:rows=2&seed=1&groups=sokoban*2")
+
+
+@pytest.fixture
+def example(tmp_path) -> Path:
+    kept = json.loads((REPO / "tests" / "data" / "peer_examples" / "roll.json").read_text())
+    found = next(e for e in kept["examples"] if e["path"] == EXAMPLE)
+    for rel, text in [(found["path"], found["text"]), *found["defaults_files"].items()]:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    return tmp_path / EXAMPLE
+
+
+SIZES = [
+    "num_gpus_per_node=1",
+    "actor_train.device_mapping=[0]",
+    "actor_infer.device_mapping=[0]",
+    "reference.device_mapping=[0]",
+    "actor_train.model_args.ulysses_size=1",
+    "reference.model_args.ulysses_size=1",
+    "actor_infer.strategy_args.strategy_config.tensor_parallel_size=1",
+    "actor_train.training_args.gradient_accumulation_steps=128",  # one optimizer step: 16 groups of 8
+    "max_steps=3",
+    "whiten_advantages=false",
+]
+
+
+def overrides(path: Path, *extra: str) -> dict:
+    out = {}
+    for item in translate_argv(["--roll-config", str(path), *SIZES, *extra]):
+        key, _, value = item.partition("=")
+        out[key] = value
+    return out
+
+
+def test_agentic_example_episodes_become_seed_rows(example):
+    out = overrides(example)
+    # 16 groups of 8 per step, 3 steps; validation 128 groups of 1 split 32/32/32/32 over four tags
+    assert out["data.train_files"] == "'env-seeds:rows=48&seed=42&groups=sokoban/SimpleSokoban*16'"
+    assert out["data.train_batch_size"] == "16" and out["actor_rollout_ref.rollout.n"] == "8"
+    assert out["data.val_batch_size"] == "128" and out["actor_rollout_ref.rollout.val_kwargs.n"] == "1"
+    val = out["data.val_files"].strip("'")
+    assert Counter(r["tag"] for r in spec_rows(val)) == {
+        "SimpleSokoban": 32,
+        "LargerSokoban": 32,
+        "SokobanDifferentGridVocab": 32,
+        "FrozenLake": 32,
+    }
+    assert f"{MT}.env_class" not in out  # each row names its environment
+    assert out[f"{MT}.env_kwargs.tags.LargerSokoban.dim_room"] == "[10,10]"
+    assert out[f"{MT}.env_kwargs.tags.FrozenLake.format_penalty"] == "-0.01"
+    assert out[f"{MT}.env_kwargs.tags.SimpleSokoban.max_tokens_per_step"] == "64"  # the file's override of 128
+    assert not any(".FrozenLakeThink." in key for key in out)  # no env manager lists it
+    assert out["algorithm.adv_estimator"] == "'grpo'" and out["algorithm.norm_adv_by_std_in_grpo"] == "true"
+
+
+def test_a_validation_row_plays_its_tags_settings(example):
+    argv = ["--roll-config", str(example), *SIZES]
+    cfg = build_config(translate_argv(argv))
+    rows = read_rows(cfg.data.val_files if isinstance(cfg.data.val_files, str) else cfg.data.val_files[0])
+    row = next(r for r in rows if r["tag"] == "SokobanDifferentGridVocab")
+    env = EnvFactory(cfg.actor_rollout_ref.rollout.multi_turn).make(row)
+    messages, _ = env.init(row["prompt"])
+    board = env.render_board()
+    assert set(board) <= set("W.GCBA@\n") and ("A" in board or "@" in board)
+    assert "W: wall, .: empty, G: target" in messages[1]["content"]
+    assert (
+        "You have 10 actions left" in messages[1]["content"]
+        and "Max response length: 64 words" in messages[1]["content"]
+    )
+    assert messages[0]["content"].startswith("You're a helpful assistant. You are a good game player.")
+
+
+@pytest.mark.parametrize(
+    "extra, reason",
+    [
+        ([], "hybrid's grpo does not whiten again"),
+        (["rollout_batch_size=12"], "rollout_batch_size=12 trajectories is not a whole number of groups"),
+        (["train_env_manager.num_groups_partition=[8]"], "gives 8 groups, not num_env_groups=16"),
+        (["val_batch_size=96"], "not divisible by val_env_manager's num_env_groups x group_size = 128"),
+        (["train_env_manager.tags=[Missing]"], "no custom_envs section for Missing"),
+    ],
+)
+def test_agentic_example_refusals(example, extra, reason):
+    sizes = [s for s in SIZES if not (s == "whiten_advantages=false" and not extra)]
+    with pytest.raises(ConfigError) as err:
+        translate_argv(["--roll-config", str(example), *sizes, *extra])
+    assert reason in str(err.value), str(err.value)
