@@ -13,13 +13,20 @@ is that same number.
 
 from __future__ import annotations
 
+import math
 from types import SimpleNamespace
 
 import pytest
 import torch
 
 import workers.losses as L
-from workers.rollout_correction import CorrectionSettings, compute_correction, rejected_loss_scale, rejection_keep
+from workers.rollout_correction import (
+    CorrectionSettings,
+    compute_correction,
+    correction_metrics,
+    rejected_loss_scale,
+    rejection_keep,
+)
 from workers.rollout_correction_settings import parse_rejection
 
 # ----------------------------------------------------------------------------- SkyRL a9564572eb8e
@@ -252,3 +259,21 @@ def test_sequence_tis_matches_skyrl(seed):
     ref.backward()
     assert abs(float(loss.detach()) - float(ref.detach())) < 1e-6
     assert torch.allclose(ours_lp.grad, theirs_lp.grad, atol=1e-6, rtol=0)
+
+
+def test_sequence_mask_metrics_by_hand():
+    """The geometric mask's metrics (verl's rollout_rs_* names): three rows of 4, 2 and 3
+    tokens with geometric-mean ratios 1.00501, 1.0202 (masked) and 1.396 (masked)."""
+    lr = torch.tensor([[0.02, 0.0, 0.0, 0.0], [0.04, 0.0, 0.0, 0.0], [21.0, -20.0, 0.0, 0.0]], dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 0]], dtype=torch.float64)
+    rejection = parse_rejection("seq_geo_ratio", "0.99_1.01")
+    settings = CorrectionSettings(None, float("inf"), None, False, rejection, False, "ppo_clip")
+    corr = compute_correction(lr, torch.zeros_like(lr), mask, settings)
+    metrics = correction_metrics(corr.stats.values(), settings)
+    name = "rollout_corr/rollout_rs_seq_geo_ratio"
+    assert metrics[f"{name}_masked_fraction"] == pytest.approx(5 / 9)
+    assert metrics[f"{name}_seq_masked_fraction"] == pytest.approx(2 / 3)
+    assert metrics["rollout_corr/rollout_rs_masked_fraction"] == pytest.approx(5 / 9)
+    assert metrics[f"{name}_seq_max"] == pytest.approx(math.exp(1 / 3))
+    assert metrics[f"{name}_seq_min"] == pytest.approx(math.exp(0.005))
+    assert metrics[f"{name}_seq_fraction_high"] == pytest.approx(2 / 3)
