@@ -10,7 +10,7 @@ import uuid
 import numpy as np
 import torch
 
-from hybrid.core_algos import AdvantageEstimator, get_adv_estimator_fn
+from hybrid.core_algos import AdvantageEstimator, get_adv_estimator_fn, masked_whiten
 from protocol.data_proto import DataProto
 
 
@@ -145,13 +145,18 @@ def restore_response_mask(batch: DataProto) -> None:
 def clip_rewards_and_advantages(batch: DataProto, algorithm, metrics: dict) -> None:
     """`compute_advantage` between ROLL's two clamps:
     `algorithm.reward_clip` on the token-level rewards before, `algorithm.advantage_clip` on
-    the advantages after, each with its clip fraction in `metrics` (ROLL's names)."""
+    the advantages after, each with its clip fraction in `metrics` (ROLL's names); with
+    `algorithm.whiten_advantages` the advantages are whitened before the clamp, as ROLL's."""
     tensors, mask = batch.batch, batch.batch["response_mask"]
     if algorithm.reward_clip is not None:
         clipped, share = clamp_masked(tensors["token_level_rewards"], float(algorithm.reward_clip), mask)
         tensors["token_level_rewards"] = clipped
         metrics["critic/token_reward_clip_frac"] = share
     compute_advantage(batch, algorithm)
+    if algorithm.whiten_advantages and mask.sum() > 1:
+        # ROLL's agentic whiten_advantages: over the batch's response tokens (unbiased variance), then masked;
+        # skipped, as ROLL skips it, with fewer than two tokens
+        tensors["advantages"] = masked_whiten(tensors["advantages"], mask) * mask
     if algorithm.advantage_clip is not None:
         clipped, share = clamp_masked(tensors["advantages"], float(algorithm.advantage_clip), mask)
         tensors["advantages"] = clipped

@@ -173,6 +173,7 @@ class AlgorithmConfig:
     difficulty_mask: DifficultyMaskConfig
     reward_clip: Annotated[float | None, Positive()]  # ROLL's: token-level rewards clamped to [-x, x]
     advantage_clip: Annotated[float | None, Positive()]  # ROLL's: advantages clamped to [-x, x]
+    whiten_advantages: bool  # ROLL's: advantages whitened over the batch after the estimator
 
 
 @dataclass(frozen=True)

@@ -358,8 +358,8 @@ def _top_level_rules() -> tuple[Rule, ...]:
         custom("reward_normalization.norm_std_type", ("algorithm.adv_estimator",), _read_with_estimator, "as method"),
         ignore(
             "batch_adjust_mode",
-            "hybrid's batch is always rollout_batch_size x num_return_sequences_in_group "
-            "trajectories; nothing to adjust",
+            "ROLL copies or drops samples only when the batch is not a multiple of its optimizer-step batch; "
+            "hybrid refuses such sizes at start (its batch must hold whole mini batches), so nothing is adjusted",
         ),
         ignore("episode_reward_weight", "read only by step-wise estimators (gigpo), which are refused"),
         ignore("step_reward_weight", "read only by step-wise estimators (gigpo), which are refused"),

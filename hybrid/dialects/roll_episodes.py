@@ -191,7 +191,8 @@ def agentic_advantage(ctx: Context) -> dict[str, Any]:
     """adv_estimator with reward_normalization and whiten_advantages in ROLL's agentic pipeline
     (roll/pipeline/agentic/utils.py): each episode's score is normalised (grouping traj_group_id:
     within its group of group_size episodes, the seed row here), grpo and reinforce both take
-    that as every token's return (gamma 1), then whiten_advantages whitens over the batch."""
+    that as every token's return (gamma 1), then whiten_advantages whitens over the batch
+    (hybrid's algorithm.whiten_advantages, after the estimator and before advantage_clip)."""
     est, whiten = ctx.get("adv_estimator"), ctx.get("whiten_advantages")
     mean, std = _norm_types(ctx)
     grouping = ctx.get("reward_normalization.grouping", "batch")
@@ -210,20 +211,25 @@ def agentic_advantage(ctx: Context) -> dict[str, Any]:
         raise Refusal(
             f"{combo}: hybrid's groups are the episodes of one seed row (grouping: traj_group_id)", shared=True
         )
-    if mean == "group" and not whiten:
-        return {"algorithm.adv_estimator": "grpo", "algorithm.norm_adv_by_std_in_grpo": std == "group"}
+    if mean == "group" and samples_per_prompt(ctx) == 1:
+        raise Refusal(
+            f"{combo}: with groups of one episode (group_size 1) ROLL zeroes each normalised score, hybrid's "
+            f"grpo keeps a single sample's score (verl's)",
+            shared=True,
+        )
+    if mean == "group":
+        # group-normalised episode scores as every token's advantage (hybrid's grpo), then ROLL's whitening
+        return {
+            "algorithm.adv_estimator": "grpo",
+            "algorithm.norm_adv_by_std_in_grpo": std == "group",
+            "algorithm.whiten_advantages": bool(whiten),
+        }
     if mean in ("batch", None) and std in ("batch", None) and whiten:
         # whitening over the batch undoes any batch-level normalisation before it: REINFORCE++
         return {"algorithm.adv_estimator": "reinforce_plus_plus"}
-    if mean == "group" and whiten:
-        raise Refusal(
-            f"{combo}: group-normalised episode scores whitened again over the batch; hybrid's grpo does not "
-            f"whiten again (whiten_advantages: false is hybrid's grpo)",
-            shared=True,
-        )
     raise Refusal(
-        f"{combo}: hybrid has group normalisation without whitening (-> grpo) or whitening of raw or "
-        f"batch-normalised scores (-> reinforce_plus_plus), not this combination",
+        f"{combo}: hybrid has group normalisation (-> grpo, whitened after with whiten_advantages) or whitening "
+        f"of raw or batch-normalised scores (-> reinforce_plus_plus), not this combination",
         shared=True,
     )
 

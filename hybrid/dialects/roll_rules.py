@@ -266,7 +266,7 @@ RULES: tuple[Rule, ...] = (
     # ---- algorithm
     custom(
         "adv_estimator",
-        ("algorithm.adv_estimator", "algorithm.norm_adv_by_std_in_grpo"),
+        ("algorithm.adv_estimator", "algorithm.norm_adv_by_std_in_grpo", "algorithm.whiten_advantages"),
         _advantage,
         "grpo -> grpo; gae (whiten_advantages: true) -> gae; reinforce + group norm -> grpo; "
         "reinforce + whiten_advantages -> reinforce_plus_plus",
@@ -279,7 +279,12 @@ RULES: tuple[Rule, ...] = (
         _advantage,
         "read with adv_estimator",
     ),
-    custom("whiten_advantages", ("algorithm.adv_estimator",), _advantage, "read with adv_estimator"),
+    custom(
+        "whiten_advantages",
+        ("algorithm.adv_estimator", "algorithm.whiten_advantages"),
+        _advantage,
+        "read with adv_estimator; agentic: group-normalised scores whitened after -> algorithm.whiten_advantages",
+    ),
     same("ppo_epochs", f"{ACTOR}.ppo_epochs", note="the critic follows"),
     same("max_grad_norm", f"{ACTOR}.grad_clip"),
     refuse("l2", "no L2 term besides weight decay (training_args.weight_decay)", accept=(0, 0.0)),

@@ -138,7 +138,6 @@ def agentic_run(tiny_model_dir, tmp_path_factory):
         "sequence_length=512",
         "eval_steps=0",
         "save_steps=0",
-        "whiten_advantages=false",
     ]
     return root / example["path"], overrides
 
@@ -170,5 +169,6 @@ def test_roll_agentic_example_trains_two_steps_on_sokoban_episodes(agentic_run, 
         assert step["multi_turn/env/action_is_valid"] == 0.0
         assert step["multi_turn/reward/mean"] == pytest.approx(-0.5)
         assert step["critic/rewards/mean"] == pytest.approx(-0.5) == step["critic/rewards/min"]
-        # equal scores within each group: GRPO's advantages and so the policy loss are 0, and finite
+        # equal scores within each group: GRPO's advantages (whitened after, as the file asks) and so the
+        # policy loss are 0, and finite
         assert step["actor/pg_loss"] == 0.0 and math.isfinite(step["actor/grad_norm"])

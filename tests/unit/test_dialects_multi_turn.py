@@ -383,7 +383,7 @@ def test_roll_without_tags_reads_every_section(tmp_path):
         (["adv_estimator=gigpo"], "step-wise estimator"),
         (["+ratio_type=segment"], "per token"),
         (["reward_normalization.grouping=tags"], "hybrid's groups are the episodes of one seed row"),
-        (["whiten_advantages=true"], "hybrid's grpo does not whiten again"),
+        (["adv_estimator=gae"], "no key to normalise rewards before GAE"),
         (["reward_normalization.method=identity"], "not this combination"),
     ],
 )

@@ -62,7 +62,6 @@ SIZES = [
     "actor_infer.strategy_args.strategy_config.tensor_parallel_size=1",
     "actor_train.training_args.gradient_accumulation_steps=128",  # one optimizer step: 16 groups of 8
     "max_steps=3",
-    "whiten_advantages=false",
 ]
 
 
@@ -92,7 +91,10 @@ def test_agentic_example_episodes_become_seed_rows(example):
     assert out[f"{MT}.env_kwargs.tags.FrozenLake.format_penalty"] == "-0.01"
     assert out[f"{MT}.env_kwargs.tags.SimpleSokoban.max_tokens_per_step"] == "64"  # the file's override of 128
     assert not any(".FrozenLakeThink." in key for key in out)  # no env manager lists it
+    # reward_normalization mean_std per traj_group_id, grpo, whiten_advantages: hybrid's grpo, whitened after
     assert out["algorithm.adv_estimator"] == "'grpo'" and out["algorithm.norm_adv_by_std_in_grpo"] == "true"
+    assert out["algorithm.whiten_advantages"] == "true"
+    assert overrides(example, "whiten_advantages=false")["algorithm.whiten_advantages"] == "false"
 
 
 def test_a_validation_row_plays_its_tags_settings(example):
@@ -115,7 +117,7 @@ def test_a_validation_row_plays_its_tags_settings(example):
 @pytest.mark.parametrize(
     "extra, reason",
     [
-        ([], "hybrid's grpo does not whiten again"),
+        (["train_env_manager.group_size=1", "rollout_batch_size=16"], "ROLL zeroes each normalised score"),
         (["rollout_batch_size=12"], "rollout_batch_size=12 trajectories is not a whole number of groups"),
         (["train_env_manager.num_groups_partition=[8]"], "gives 8 groups, not num_env_groups=16"),
         (["val_batch_size=96"], "not divisible by val_env_manager's num_env_groups x group_size = 128"),
@@ -123,7 +125,35 @@ def test_a_validation_row_plays_its_tags_settings(example):
     ],
 )
 def test_agentic_example_refusals(example, extra, reason):
-    sizes = [s for s in SIZES if not (s == "whiten_advantages=false" and not extra)]
     with pytest.raises(ConfigError) as err:
-        translate_argv(["--roll-config", str(example), *sizes, *extra])
+        translate_argv(["--roll-config", str(example), *SIZES, *extra])
     assert reason in str(err.value), str(err.value)
+
+
+def test_whiten_advantages_after_grpo_by_hand():
+    import numpy as np
+    import torch
+
+    from hybrid.batch_ops import clip_rewards_and_advantages
+    from protocol.data_proto import DataProto
+
+    # Two groups of two: scores (3, 1) and (0, 0). GRPO: (1/std, -1/std) with std = sqrt(2), and 0, 0.
+    # Tokens (mask): 2 + 1 + 2 + 1 = 6 with values a, a, -a, 0, 0, 0 for a = 1/sqrt(2); whitened over
+    # them (mean a/6, unbiased variance) as ROLL's masked_whiten, then masked, then clamped to [-1, 1].
+    scores = torch.tensor([[0.0, 3.0], [1.0, 0.0], [0.0, 0.0], [0.0, 0.0]])
+    mask = torch.tensor([[1, 1], [1, 0], [1, 1], [1, 0]])
+    batch = DataProto.from_dict(
+        {"token_level_rewards": scores, "response_mask": mask},
+        non_tensors={"uid": np.array(["a", "a", "b", "b"], dtype=object)},
+    )
+    algorithm = build_config(["algorithm.whiten_advantages=true", "algorithm.advantage_clip=1.0"]).algorithm
+    clip_rewards_and_advantages(batch, algorithm, {})
+    a = 1 / 2**0.5
+    values = torch.tensor([a, a, -a, 0.0, 0.0, 0.0], dtype=torch.float64)
+    mean, var = values.mean(), values.var(unbiased=True)
+    white = (torch.tensor([[a, a], [-a, 0.0], [0.0, 0.0], [0.0, 0.0]], dtype=torch.float64) - mean) / (
+        var + 1e-8
+    ).sqrt()
+    expected = (white * mask).clamp(-1, 1).float()
+    torch.testing.assert_close(batch.batch["advantages"], expected, atol=1e-5, rtol=1e-5)
+    assert float(expected[0, 0]) > 0.9 and float(expected[1, 0]) == -1.0  # the clamp bound the negative one
