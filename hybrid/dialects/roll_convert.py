@@ -169,9 +169,15 @@ def _async_generation_ratio(value: Any, ctx: Context) -> dict[str, Any]:
 
 
 def _world(ctx: Context) -> int:
+    """actor_train's data-parallel size: its devices / ulysses_size (ROLL's FSDP2 strategy sets
+    dp_size = world_size // cp_size, cp being the Ulysses group), what its optimizer-step batch
+    per_device_train_batch_size x gradient_accumulation_steps is multiplied by."""
     if ctx.has("actor_train.device_mapping"):
-        return len(parse_devices(ctx.get("actor_train.device_mapping")))
-    return hybrid_default("trainer.nnodes") * hybrid_default("trainer.n_gpus_per_node")
+        devices = len(parse_devices(ctx.get("actor_train.device_mapping")))
+    else:
+        devices = hybrid_default("trainer.nnodes") * hybrid_default("trainer.n_gpus_per_node")
+    ulysses = ctx.get("actor_train.model_args.ulysses_size", 1) or 1
+    return devices // ulysses if isinstance(ulysses, int) and devices % ulysses == 0 else devices
 
 
 # ---------------------------------------------------------------- batches
@@ -186,7 +192,7 @@ def _mini_batch(role: str, ctx: Context) -> tuple[int, str]:
     samples = per_device * accumulation * world
     what = (
         f"per_device_train_batch_size {per_device} x gradient_accumulation_steps {accumulation} x "
-        f"{world} devices = {samples} samples per optimizer step"
+        f"{world} data-parallel ranks = {samples} samples per optimizer step"
     )
     if samples % n:
         raise Refusal(

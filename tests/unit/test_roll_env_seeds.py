@@ -157,3 +157,11 @@ def test_whiten_advantages_after_grpo_by_hand():
     expected = (white * mask).clamp(-1, 1).float()
     torch.testing.assert_close(batch.batch["advantages"], expected, atol=1e-5, rtol=1e-5)
     assert float(expected[0, 0]) > 0.9 and float(expected[1, 0]) == -1.0  # the clamp bound the negative one
+
+
+def test_optimizer_step_batch_counts_data_parallel_ranks(example):
+    # ROLL's FSDP2 data-parallel size is devices / ulysses_size: 1 x 128 x (2 / 2) = 128 samples = 16 groups of 8
+    two = ["actor_train.device_mapping=[0,1]", "reference.device_mapping=[0,1]", "actor_infer.device_mapping=[0,1]"]
+    ulysses = ["actor_train.model_args.ulysses_size=2", "reference.model_args.ulysses_size=2"]
+    assert overrides(example, *two, *ulysses)["actor_rollout_ref.actor.ppo_mini_batch_size"] == "16"
+    assert overrides(example, *two)["actor_rollout_ref.actor.ppo_mini_batch_size"] == "32"
