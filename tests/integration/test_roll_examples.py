@@ -106,7 +106,8 @@ AGENTIC_EXAMPLE = "examples/qwen3-30BA3B-agentic_fsdp2/agentic_val_sokoban_30a3.
 @pytest.fixture(scope="module")
 def agentic_run(tiny_model_dir, tmp_path_factory):
     """ROLL's agentic Sokoban example (and examples/config/traj_envs.yaml, which its defaults pull
-    in), with its ROLL overrides for model and sizes: 2 environment groups of 2 episodes, 2 actions
+    in), with its ROLL overrides for model and sizes: 2 environment groups of 2 episodes (validation: one
+    of each of its four tags), 2 actions
     of at most 8 tokens each."""
     root = tmp_path_factory.mktemp("roll_agentic")
     kept = json.loads((REPO / "tests" / "data" / "peer_examples" / "roll.json").read_text())
@@ -136,7 +137,10 @@ def agentic_run(tiny_model_dir, tmp_path_factory):
         "max_tokens_per_step=8",
         "+prompt_length=320",
         "sequence_length=512",
-        "eval_steps=0",
+        "val_batch_size=4",
+        "val_env_manager.num_env_groups=4",
+        "val_env_manager.num_groups_partition=[1,1,1,1]",
+        "eval_steps=2",
         "save_steps=0",
     ]
     return root / example["path"], overrides
@@ -157,9 +161,17 @@ def test_roll_agentic_example_trains_two_steps_on_sokoban_episodes(agentic_run, 
     ]
     result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    steps = [s for s in steps if "timing_s/step" in s]
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [s for s in records if "timing_s/step" in s]
     assert [s["step"] for s in steps] == [1, 2]
+    # Validation (at step 0, as ROLL with eval_steps > 0, and at 2): one seed row per val tag, each its
+    # environment's score for two turns without an answer: Sokoban 2 x (-0.1 - 0.15), FrozenLake 2 x -0.01
+    validations = [r for r in records if "val-core/FrozenLake/reward/mean@1" in r]
+    assert [r["step"] for r in validations] == [0, 2]
+    for record in validations:
+        for tag in ("SimpleSokoban", "LargerSokoban", "SokobanDifferentGridVocab"):
+            assert record[f"val-core/{tag}/reward/mean@1"] == pytest.approx(-0.5)
+        assert record["val-core/FrozenLake/reward/mean@1"] == pytest.approx(-0.02)
     for step in steps:
         # 4 episodes (2 seed rows x group_size 2) of 2 model turns each, ended by the environment
         assert step["multi_turn/turns/mean"] == 2.0 and step["multi_turn/finish_reason/done"] == 1.0
