@@ -9,7 +9,13 @@ max_len_mask and difficulty_mask, FSDP2 and vLLM settings go through as written.
 A random model never ends a response and never scores, so as written both of ROLL's masks leave
 no response in the losses and every step is skipped, as ROLL skips it (mask/final_mask_sum_eq_0);
 the second run turns the two masks off (ROLL keys again) to show the same file updating the
-policy."""
+policy.
+
+ROLL's agentic Sokoban example (examples/qwen3-30BA3B-agentic_fsdp2/agentic_val_sokoban_30a3.yaml
+with the examples/config/traj_envs.yaml its defaults pull in) trains two steps the same way: its
+episodes come from seeds (hybrid/env_seeds.py) in hybrid's sokoban and frozen_lake environments,
+with its reward normalisation, whitening and templates as written; besides the model and sizes,
+only vLLM's block_size changes (CPU attention pages by 32)."""
 
 from __future__ import annotations
 
@@ -106,9 +112,8 @@ AGENTIC_EXAMPLE = "examples/qwen3-30BA3B-agentic_fsdp2/agentic_val_sokoban_30a3.
 @pytest.fixture(scope="module")
 def agentic_run(tiny_model_dir, tmp_path_factory):
     """ROLL's agentic Sokoban example (and examples/config/traj_envs.yaml, which its defaults pull
-    in), with its ROLL overrides for model and sizes: 2 environment groups of 2 episodes (validation: one
-    of each of its four tags), 2 actions
-    of at most 8 tokens each."""
+    in), with its ROLL overrides for model and sizes: 2 environment groups of 2 episodes (validation:
+    one of each of its four tags), 2 actions of at most 8 tokens each."""
     root = tmp_path_factory.mktemp("roll_agentic")
     kept = json.loads((REPO / "tests" / "data" / "peer_examples" / "roll.json").read_text())
     example = next(e for e in kept["examples"] if e["path"] == AGENTIC_EXAMPLE)
