@@ -16,6 +16,7 @@ from workers.checkpoint import FSDPCheckpointer
 from workers.config import CriticConfig
 from workers.critic import DataParallelPPOCritic
 from workers.fsdp_utils import build_lr_scheduler, build_optimizer, offload_params, on_device
+from workers.lora import merged_state
 from workers.model_loading import load_hf_model, load_tokenizer
 from workers.profiling import ProfiledWorker, StepProfiler
 from workers.ulysses import (
@@ -64,11 +65,14 @@ class CriticWorker(ProfiledWorker, Worker):
             override_config=model.override_config,
             gradient_checkpointing=model.enable_gradient_checkpointing,
             offload_policy=model.fsdp_config.offload_policy,
+            lora_config=model if model.is_lora else None,
+            lora_causal_lm=False,
             # As verl: no dropout on the value head, so values are deterministic functions of the weights.
             num_labels=1,
             classifier_dropout=0.0,
         )
-        optimizer = build_optimizer(self.module.parameters(), cfg.optim)
+        # Only what trains: under LoRA the frozen base weights get no optimizer state.
+        optimizer = build_optimizer([p for p in self.module.parameters() if p.requires_grad], cfg.optim)
         scheduler = build_lr_scheduler(optimizer, cfg.optim, cfg.optim.total_training_steps)
         self.critic = DataParallelPPOCritic(
             cfg,
@@ -88,6 +92,8 @@ class CriticWorker(ProfiledWorker, Worker):
             self.hf_config,
             load_tokenizer(model.tokenizer, model.trust_remote_code),
             model.path,
+            # The hf_model content and exports: the adapters merged into the base weights.
+            hf_state_fn=(lambda: merged_state(self.module)) if model.is_lora else None,
             tie_word_embeddings=bool(getattr(self.hf_config, "tie_word_embeddings", False)),
         )
         if model.fsdp_config.param_offload:

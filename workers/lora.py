@@ -1,4 +1,5 @@
-"""LoRA on the actor through peft, and the merged weights everything outside training sees.
+"""LoRA on the actor (and the critic) through peft, and the merged weights everything outside
+training sees.
 
 `actor_rollout_ref.model.lora_rank > 0` wraps the actor in a peft LoRA model before FSDP2
 shards it: only the adapters train, the base weights stay frozen. The reference policy is
@@ -7,7 +8,9 @@ The rollout engine and the merged Hugging Face folder never see adapters: they g
 `base + (B @ A) * scaling` under the base model's own parameter names (peft's
 `base_model.model.` prefix and `.base_layer` infix removed). Only linear layers are
 supported; a target that peft wraps differently (an embedding, a convolution) is refused
-at wrap time, naming the module.
+at wrap time, naming the module. `critic.model.lora_rank > 0` wraps the value model the same
+way, with no peft task type (SkyRL's critic LoRA): under all-linear its value head gets an
+adapter too, the head's own weights frozen; checkpoints and exports merge it the same way.
 
 `actor_rollout_ref.model.lora_adapter_path` starts LoRA from a saved peft adapter instead
 (verl's key): its adapter_config.json decides rank, alpha and targets, as in verl, and
@@ -37,8 +40,10 @@ def _plain(value: Any) -> Any:
     return [str(v) for v in value]
 
 
-def build_lora_config(model_config: ModelConfig):
-    """peft's LoraConfig from the `actor_rollout_ref.model` section (lora_rank > 0)."""
+def build_lora_config(model_config: ModelConfig, causal_lm: bool = True):
+    """peft's LoraConfig from a model section with lora_rank > 0 (`actor_rollout_ref.model`,
+    or `critic.model` with `causal_lm=False`: no task type, so peft wraps the value model as it
+    is and, under all-linear, adapts its value head too, as SkyRL's critic LoRA does)."""
     from peft import LoraConfig, TaskType
 
     return LoraConfig(
@@ -49,7 +54,7 @@ def build_lora_config(model_config: ModelConfig):
         # No dropout: the merged weights must compute what the trained module computes.
         lora_dropout=0.0,
         bias="none",
-        task_type=TaskType.CAUSAL_LM,
+        task_type=TaskType.CAUSAL_LM if causal_lm else None,
     )
 
 
@@ -83,9 +88,10 @@ def load_lora_adapter(module: torch.nn.Module, path: str) -> torch.nn.Module:
     return PeftModel.from_pretrained(module, path, adapter_name=ADAPTER, is_trainable=True, config=config)
 
 
-def apply_lora(module: torch.nn.Module, model_config: ModelConfig) -> torch.nn.Module:
+def apply_lora(module: torch.nn.Module, model_config: ModelConfig, causal_lm: bool = True) -> torch.nn.Module:
     """Wrap `module` with LoRA adapters (before FSDP), new ones or the saved adapter at
-    `lora_adapter_path`; the base weights stop requiring grad."""
+    `lora_adapter_path`; the base weights stop requiring grad. `causal_lm=False`: the critic's
+    value model (build_lora_config)."""
     from peft import get_peft_model
     from peft.tuners.lora import Linear as LoraLinear
     from peft.tuners.lora import LoraLayer
@@ -94,15 +100,16 @@ def apply_lora(module: torch.nn.Module, model_config: ModelConfig) -> torch.nn.M
         print(f"loading the LoRA adapter at {model_config.lora_adapter_path}")
         peft_model = load_lora_adapter(module, model_config.lora_adapter_path)
     else:
-        peft_model = get_peft_model(module, build_lora_config(model_config))
+        peft_model = get_peft_model(module, build_lora_config(model_config, causal_lm))
     unsupported = [
         f"{name} ({type(mod).__name__})"
         for name, mod in peft_model.named_modules()
         if isinstance(mod, LoraLayer) and not isinstance(mod, LoraLinear)
     ]
     if unsupported:
+        section = "actor_rollout_ref.model" if causal_lm else "critic.model"
         raise ValueError(
-            f"actor_rollout_ref.model.target_modules selects layers LoRA here cannot merge: "
+            f"{section}.target_modules selects layers LoRA here cannot merge: "
             f"{', '.join(unsupported[:5])}; "
             f"only linear layers are supported; narrow target_modules or add them to exclude_modules"
         )

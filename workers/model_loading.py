@@ -118,6 +118,7 @@ def load_hf_model(
     gradient_checkpointing: bool = False,
     use_liger: bool = False,
     lora_config=None,
+    lora_causal_lm: bool = True,
     offload_policy: bool = False,
     forward_prefetch: bool = False,
     **hf_config_overrides,
@@ -126,9 +127,10 @@ def load_hf_model(
     `fsdp_config.mixed_precision`; returns (module, hf_config).
 
     `override_config` and `hf_config_overrides` are set on the Hugging Face config before the
-    weights load. With `lora_config` (the actor's model section, lora_rank > 0 or lora_adapter_path) the model is
-    wrapped in peft LoRA adapters before sharding (workers/lora.py). A frozen model
-    (`trainable=False`) gets no gradients and no gradient checkpointing.
+    weights load. With `lora_config` (the actor's model section, lora_rank > 0 or lora_adapter_path;
+    the critic's with `lora_causal_lm=False`) the model is wrapped in peft LoRA adapters before
+    sharding (workers/lora.py). A frozen model (`trainable=False`) gets no gradients and no
+    gradient checkpointing.
     """
     from transformers import AutoConfig
 
@@ -158,7 +160,7 @@ def load_hf_model(
         if checkpointing:
             # Frozen embeddings give checkpointed blocks inputs without grad; peft's fix.
             module.enable_input_require_grads()
-        module = apply_lora(module, lora_config)
+        module = apply_lora(module, lora_config, lora_causal_lm)
     module.to(current_device())
     param_dtype = resolve_mixed_precision(fsdp_config.mixed_precision)
     apply_fsdp2(module, param_dtype, fsdp_config.reshard_after_forward, offload_policy, forward_prefetch)

@@ -98,16 +98,6 @@ def _legacy_kl_flag(kind: str):
     return convert
 
 
-def _critic_lora(value: Any, ctx: Context) -> dict[str, Any]:
-    # The other lora keys only tune an adapter that rank 0 does not build.
-    if not ctx.get("trainer.critic.model.lora.rank", 0):
-        return {}
-    raise Refusal(
-        "hybrid's critic trains all its weights (no critic LoRA); the policy's LoRA is trainer.policy.model.lora.*",
-        shared=True,
-    )
-
-
 def _overlong_buffer(value: Any, ctx: Context) -> dict[str, Any]:
     # SkyRL's DAPO entry point (examples/train/algorithms/dapo/main_dapo.py) always applies its soft
     # overlong punishment, with these defaults for the key not given; hybrid's dapo manager is the same

@@ -13,7 +13,6 @@ from hybrid.dialects.skyrl_convert import (
     REF,
     ROLLOUT,
     _colocate_all,
-    _critic_lora,
     _critic_path,
     _epochs,
     _fsdp_mixed_precision,
@@ -49,12 +48,21 @@ TRAINER_RULES = (
     via("data.val_data", "data.val_files", _lists, "list of files"),
     # ---- models
     same("trainer.policy.model.path", f"{ARR}.model.path"),
-    custom(
-        "trainer.critic.model.lora.*",
-        (),
-        _critic_lora,
-        "accepted with rank 0 (SkyRL's default: no LoRA); any other rank refused",
+    same(
+        "trainer.critic.model.lora.rank",
+        "critic.model.lora_rank",
+        note="SkyRL wraps its value model with peft and no task type, and so does hybrid: under all-linear the "
+        "value head gets an adapter too, its own weights frozen (tests/integration/test_critic_lora.py)",
     ),
+    same("trainer.critic.model.lora.alpha", "critic.model.lora_alpha"),
+    same("trainer.critic.model.lora.target_modules", "critic.model.target_modules"),
+    same("trainer.critic.model.lora.exclude_modules", "critic.model.exclude_modules"),
+    refuse("trainer.critic.model.lora.dropout", "hybrid's LoRA has no dropout key", accept=(0, 0.0)),
+    ignore(
+        "trainer.critic.model.lora.init_method",
+        "SkyRL's critic does not read it (peft's default init: Kaiming-uniform A, zero B, as hybrid's)",
+    ),
+    ignore("trainer.critic.model.lora.lora_sync_path", "SkyRL's critic does not read it (no engine gets its weights)"),
     same("trainer.policy.model.lora.rank", f"{ARR}.model.lora_rank"),
     same("trainer.policy.model.lora.alpha", f"{ARR}.model.lora_alpha"),
     same("trainer.policy.model.lora.target_modules", f"{ARR}.model.target_modules"),

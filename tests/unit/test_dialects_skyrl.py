@@ -41,6 +41,10 @@ from tests.unit.test_dialects import REPO, SKYRL_SEED_EXAMPLE, A, skyrl, skyrl_e
             },
         ),
         (["trainer.epochs=2"], {"trainer.total_epochs": 2, "trainer.total_training_steps": None}),
+        (
+            ["trainer.critic.model.lora.rank=32", "trainer.critic.model.lora.alpha=32"],
+            {"critic.model.lora_rank": 32, "critic.model.lora_alpha": 32},
+        ),
         (["trainer.update_epochs_per_batch=2"], {f"{A}.actor.ppo_epochs": 2}),
         (["trainer.eval_interval=-1"], {"trainer.test_freq": -1}),
         (["trainer.ckpt_interval=10"], {"trainer.save_freq": 10}),
@@ -316,6 +320,7 @@ SKYRL_REFUSED = [
     ("generator.eval_sampling_params.min_p=0.1", "validation min_p"),
     ("environment.env_class=minesweeper", "no environment of that name"),
     ("trainer.policy.model.lora.dropout=0.1", "dropout"),
+    ("trainer.critic.model.lora.dropout=0.1", "dropout"),
     ("trainer.policy.record_memory=true", "memory-snapshot"),
     ("trainer.ref.model.path=/other", "initial policy"),
     ("trainer.max_ckpts_to_keep=0", "keeps nothing"),

@@ -127,8 +127,8 @@ def test_skyrl_loss_estimator_and_packing_values():
     ("overrides", "message"),
     [
         (["trainer.num_dummy_steps=5"], "full-context example trainer"),
-        (["trainer.critic.model.lora.rank=8", "trainer.critic.model.lora.alpha=16"], "no critic LoRA"),
-        (["trainer.algorithm.policy_loss_type=rollout_is"], "clamps instead of zeroing"),
+        (["trainer.critic.model.lora.rank=8", "trainer.critic.model.lora.dropout=0.1"], "LoRA has no dropout key"),
+        (["trainer.algorithm.policy_loss_type=dppo"], "no DPPO loss"),
         (["trainer.algorithm.policy_loss_type=cross_entropy"], "hybrid.sft_trainer"),
         (["trainer.use_sample_packing=true", "trainer.remove_microbatch_padding=false"], "give one of them"),
     ],

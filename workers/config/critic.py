@@ -23,6 +23,17 @@ def _loss_agg_modes() -> tuple[str, ...]:
 @dataclass(frozen=True)
 class CriticModelConfig(HFModelConfig):
     fsdp_config: TrainFSDPConfig
+    lora_rank: Annotated[int, NonNegative(" (0: full fine-tuning)")]
+    lora_alpha: Annotated[float, Positive()]
+    target_modules: str | tuple[str, ...]
+    exclude_modules: str | tuple[str, ...] | None
+
+    # What workers/lora.apply_lora reads beyond these keys: the critic starts from no saved adapter.
+    lora_adapter_path = None
+
+    @property
+    def is_lora(self) -> bool:
+        return self.lora_rank > 0
 
 
 @dataclass(frozen=True)
