@@ -1,7 +1,8 @@
 """verl keys that hybrid's yaml does not spell the same way: keys verl moved (read under
 hybrid's name), keys a verl script sets for hardware this trainer does not drive (Ascend NPU
-profiler options, the transport of verl's checkpoint engine, the reward engine's GPU sleep:
-accepted, and reported at start in one line as having no effect here), and `actor_rollout_ref.model.torch_dtype`.
+profiler options, the transport of verl's checkpoint engine, the reward engine's GPU sleep, a
+GPU-only vLLM block_size without CUDA: accepted, and reported at start in one line as having no
+effect here), and `actor_rollout_ref.model.torch_dtype`.
 
 `rewrite_overrides` runs on the command line's overrides before the key check
 (hybrid/config/loading.py), so none of these keys needs a place in ppo_trainer.yaml and
@@ -51,6 +52,29 @@ NO_EFFECT = (
         _TRANSPORT,
     ),
 )
+# ROLL's and verl's GPU examples set vLLM's block_size 16; vLLM's CPU attention refuses a size that is
+# not a multiple of 32. It is the KV cache's paging layout, so on a machine without CUDA such a value
+# is dropped (vLLM picks its CPU size) and named in the note.
+VLLM_BLOCK = f"{ROLLOUT}.engine_kwargs.vllm.block_size"
+_CPU_BLOCK = (
+    "vLLM's KV-cache paging block for GPU attention; vLLM's CPU attention pages in multiples of 32 and "
+    "picks its own size (a memory layout, not a sampling setting)"
+)
+
+
+def _cpu_block(key: str, value: str) -> bool:
+    """Whether `key=value` is a vLLM block size that the CPU engine would refuse, on a machine without CUDA."""
+    if key != VLLM_BLOCK:
+        return False
+    try:
+        size = int(value.strip().strip("'\""))
+    except ValueError:
+        return False
+    from workers.device import is_cuda_available
+
+    return size % 32 != 0 and not is_cuda_available()
+
+
 # profiler.tool=npu is a value the profiler sections accept (workers/config/profiler.py) and
 # never profile with; reported with the keys above.
 _NPU_TOOL = re.compile(
@@ -104,6 +128,9 @@ def rewrite_overrides(overrides: Sequence[str]) -> tuple[list[str], str | None, 
         if prefix == "~":
             result.append(raw)
             continue
+        if _cpu_block(key, value):
+            no_effect.setdefault(_CPU_BLOCK, []).append(f"{key}={value}")
+            continue
         if _NPU_TOOL.match(key) and value.strip() == "npu":
             no_effect.setdefault(_NPU, []).append(f"{key}=npu")
         if key == TORCH_DTYPE:
@@ -126,4 +153,4 @@ def rewrite_overrides(overrides: Sequence[str]) -> tuple[list[str], str | None, 
     return result, (f"accepted with no effect on this hardware: {note}" if note else None), problems
 
 
-__all__ = ["NO_EFFECT", "RENAMED", "TORCH_DTYPE", "rewrite_overrides"]
+__all__ = ["NO_EFFECT", "RENAMED", "TORCH_DTYPE", "VLLM_BLOCK", "rewrite_overrides"]

@@ -165,3 +165,15 @@ def test_optimizer_step_batch_counts_data_parallel_ranks(example):
     ulysses = ["actor_train.model_args.ulysses_size=2", "reference.model_args.ulysses_size=2"]
     assert overrides(example, *two, *ulysses)["actor_rollout_ref.actor.ppo_mini_batch_size"] == "16"
     assert overrides(example, *two)["actor_rollout_ref.actor.ppo_mini_batch_size"] == "32"
+
+
+def test_a_gpu_block_size_is_dropped_without_cuda(monkeypatch):
+    from hybrid.config.foreign_keys import VLLM_BLOCK, rewrite_overrides
+
+    monkeypatch.setattr("workers.device.is_cuda_available", lambda: False)
+    kept, note, problems = rewrite_overrides([f"{VLLM_BLOCK}=16", "data.train_batch_size=4"])
+    assert kept == ["data.train_batch_size=4"] and problems == []
+    assert note.startswith(f"accepted with no effect on this hardware: {VLLM_BLOCK}=16: vLLM's KV-cache paging block")
+    assert rewrite_overrides([f"{VLLM_BLOCK}=64"])[0] == [f"{VLLM_BLOCK}=64"]  # a size CPU attention takes
+    monkeypatch.setattr("workers.device.is_cuda_available", lambda: True)
+    assert rewrite_overrides([f"{VLLM_BLOCK}=16"])[0] == [f"{VLLM_BLOCK}=16"]  # a GPU engine takes it
