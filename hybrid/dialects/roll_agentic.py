@@ -44,7 +44,6 @@ from typing import Any
 
 from hybrid.dialects.environments import ENV_KWARGS, MULTI_TURN, check_environment
 from hybrid.dialects.roll_episodes import (
-    ENV_DRIVEN,
     EPISODE_KEYS,
     GRID_GAMES,
     ROLLOUT,
@@ -297,7 +296,22 @@ def _manager_rules(manager: str) -> tuple[Rule, ...]:
             "ROLL reads it nowhere (EnvManagerConfig only declares it); the penalty applied is each environment's "
             "env_config.format_penalty",
         ),
-        refuse(f"{manager}.*", ENV_DRIVEN),
+        refuse(
+            f"{manager}.group_size_redundancy",
+            "ROLL runs extra environments per group and keeps the first to finish; hybrid runs each group's "
+            "episodes to the end",
+            accept=(0,),
+        ),
+        refuse(
+            f"{manager}.max_traj_per_env",
+            "ROLL's cap on the episodes one environment plays per step; hybrid makes one environment per episode",
+            accept=(-1,),
+        ),
+        refuse(
+            f"{manager}.*",
+            "an env manager setting hybrid has no key for (mapped: num_env_groups, group_size, tags, "
+            "num_groups_partition, from seeds with sokoban and frozen_lake)",
+        ),
     )
 
 
