@@ -50,6 +50,7 @@ from workers.losses import (
     compute_policy_loss_gpg,
     compute_policy_loss_gspo,
     compute_policy_loss_kl_cov,
+    compute_policy_loss_rollout_is,
     compute_policy_loss_sapo,
     compute_policy_loss_vanilla,
     compute_value_loss,

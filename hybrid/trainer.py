@@ -177,13 +177,7 @@ class PPOTrainer:
             with timed("values", timing):
                 batch = batch.union(self.critic_wg.compute_values(batch))
 
-        if cfg.algorithm.mask_truncated_responses:
-            eos = {self.tokenizer.eos_token_id} - {None}
-            metrics["response_length/truncated_masked_ratio"] = mask_truncated_responses(batch, eos)
-        difficulty = cfg.algorithm.difficulty_mask
-        if difficulty.enable:
-            metrics["actor/difficulty_mask_ratio"] = mask_by_difficulty(batch, difficulty.low, difficulty.high)
-        if (cfg.algorithm.mask_truncated_responses or difficulty.enable) and self._skip_if_all_masked(batch, metrics):
+        if self._mask_responses(batch, metrics):
             if bypass:
                 batch.pop(batch_keys=["old_log_probs"])  # as at the end of a step that trains
             return batch
@@ -224,6 +218,19 @@ class PPOTrainer:
             batch.pop(batch_keys=["old_log_probs"])
         restore_response_mask(batch)  # the data metrics measure every response as generated
         return batch
+
+    def _mask_responses(self, batch: DataProto, metrics: dict) -> bool:
+        """algorithm.mask_truncated_responses and difficulty_mask take responses out of the
+        losses; True when none is left (the step then trains nothing)."""
+        algorithm = self.config.algorithm
+        if algorithm.mask_truncated_responses:
+            eos = {self.tokenizer.eos_token_id} - {None}
+            metrics["response_length/truncated_masked_ratio"] = mask_truncated_responses(batch, eos)
+        difficulty = algorithm.difficulty_mask
+        if difficulty.enable:
+            metrics["actor/difficulty_mask_ratio"] = mask_by_difficulty(batch, difficulty.low, difficulty.high)
+        masked = algorithm.mask_truncated_responses or difficulty.enable
+        return masked and self._skip_if_all_masked(batch, metrics)
 
     @staticmethod
     def _skip_if_all_masked(batch: DataProto, metrics: dict) -> bool:
