@@ -29,6 +29,7 @@ DATA_DIR = ROOT / "tests" / "data" / "peer_examples"
 DOC = ROOT / "docs" / "config_dialects.md"
 DOC_BEGIN = "<!-- peer-example-count:begin (scripts/count_peer_examples.py --write-doc) -->"
 DOC_END = "<!-- peer-example-count:end -->"
+COUNT_HEADING = "## The peers' own examples, counted"
 DIALECT_MODULES = {"skyrl": "scripts.peer_examples.skyrl", "roll": "scripts.peer_examples.roll"}
 
 
@@ -86,8 +87,20 @@ def table(rows: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+COUNT_INTRO = """Every example launch file of each repository (at the commit named), read without running it
+(SkyRL's shell scripts with their own variable defaults, ROLL's YAML files with the files their
+Hydra `defaults` pull in; kept in tests/data/peer_examples/ so the count needs no network), the
+FSDP/vLLM training launches selected by the rule in scripts/peer_examples/skyrl.py or roll.py,
+and each checked as `python -m hybrid.main_ppo` checks it before anything starts: understood
+(every key does what the peer's docs say, or is a documented no-op here), refused (one message
+naming the key and why), error (a traceback; none). Judged as configurations, not against this
+machine: the examples are written for 8-GPU nodes. Regenerate with
+`python -m scripts.count_peer_examples --write-doc`; tests/unit/test_peer_examples_*.py keep the
+counts from falling."""
+
+
 def doc_section(rows: dict[str, dict]) -> str:
-    parts = [DOC_BEGIN, "", table(rows), ""]
+    parts = [DOC_BEGIN, "", COUNT_INTRO, "", table(rows), ""]
     for row in rows.values():
         parts.append(f"{row['repository']}: examples not counted (not FSDP/vLLM training launches):")
         parts += [f"- {why}: {n}" for why, n in row["not_selected"].items()] or ["- none"]
@@ -107,7 +120,7 @@ def write_doc(rows: dict[str, dict]) -> None:
         head, rest = text.split(DOC_BEGIN, 1)
         text = head + section + rest.split(DOC_END, 1)[1]
     else:
-        text = text.rstrip("\n") + "\n\n## The peers' own examples, counted\n\n" + section + "\n"
+        text = text.rstrip("\n") + f"\n\n{COUNT_HEADING}\n\n" + section + "\n"
     tmp = DOC.with_suffix(".md.tmp")
     tmp.write_text(text)
     tmp.replace(DOC)

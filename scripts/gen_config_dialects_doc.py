@@ -114,7 +114,22 @@ def render() -> str:
         render_dialect(skyrl.DIALECT, "--dialect skyrl"),
         render_dialect(roll.DIALECT, "--roll-config PATH.yaml"),
     ]
+    count = kept_count_section()
+    if count:
+        parts.append(count)
     return "\n".join(parts).rstrip("\n") + "\n"
+
+
+def kept_count_section() -> str:
+    """The peer-example count as scripts/count_peer_examples.py --write-doc last wrote it (it
+    checks every example, too slow to redo with every table change), or "" before it has run."""
+    from scripts.count_peer_examples import COUNT_HEADING, DOC_BEGIN, DOC_END
+
+    text = DOC.read_text() if DOC.exists() else ""
+    if DOC_BEGIN not in text or DOC_END not in text:
+        return ""
+    section = text.split(DOC_BEGIN, 1)[1].split(DOC_END, 1)[0]
+    return f"{COUNT_HEADING}\n\n{DOC_BEGIN}{section}{DOC_END}\n"
 
 
 def main(argv: list[str] | None = None) -> int:
