@@ -197,12 +197,13 @@ RULES = (
         "hybrid's rollout is text only (SkyRL's SkyRLVLMGymGenerator feeds images to a vision-language model)",
         accept=(False,),
     ),
-    refuse(
+    ignore(
         "generator.inference_engine.enable_pd",
-        "no prefill/decode disaggregation: each hybrid engine does both",
-        accept=(False,),
+        "SkyRL's prefill/decode disaggregation (num_prefill of its num_engines engines prefill, the rest decode) "
+        "places the work of sampling; each hybrid engine prefills and decodes its own requests, "
+        "from the same num_engines engines and the same sampling settings",
     ),
-    refuse("generator.inference_engine.num_prefill", "read only with enable_pd, which is refused", accept=(0,)),
+    ignore("generator.inference_engine.num_prefill", "read with enable_pd (see there)"),
     *(
         refuse(
             key,

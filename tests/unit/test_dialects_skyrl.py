@@ -366,7 +366,6 @@ def test_skyrl_refusals_are_all_listed_at_once_by_name_with_the_reason():
             "the same only for one optimizer step per batch (update_epochs_per_batch=2",
         ),
         ("generator.vision_language_generator=true", "text only"),
-        ("generator.inference_engine.enable_pd=true", "prefill/decode"),
         ("trainer.policy.language_model_only=true", "vision encoder"),
         (
             "trainer.fully_async.enabled=false trainer.fully_async.max_staleness_steps=2",
@@ -402,6 +401,8 @@ def test_skyrl_accepts_the_values_hybrid_already_has():
         "generator.async_engine=true",
         "trainer.algorithm.normalize_reward=true",
     )
+    # prefill/decode disaggregation places SkyRL's sampling work and writes nothing here
+    assert skyrl("generator.inference_engine.enable_pd=true", "generator.inference_engine.num_prefill=2") == skyrl()
 
 
 def test_skyrl_http_endpoint_turns_on_the_agent_loops_endpoint():
