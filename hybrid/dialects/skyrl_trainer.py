@@ -34,6 +34,17 @@ from hybrid.dialects.skyrl_convert import (
 )
 from hybrid.dialects.table import choice, custom, ignore, refuse, same, via
 
+# What SkyRL's fully async keys write (both of their rules).
+FULLY_ASYNC_TARGETS = (
+    "async_training.mode",
+    "async_training.staleness_threshold",
+    "async_training.max_staleness_steps",
+    "async_training.trigger_parameter_sync_step",
+    "async_training.require_batches",
+    "async_training.partial_rollout",
+    "async_training.use_rollout_log_probs",
+)
+
 TRAINER_RULES = (
     # ---- data
     via(
@@ -373,15 +384,7 @@ TRAINER_RULES = (
     ),
     custom(
         "trainer.fully_async.max_staleness_steps",
-        (
-            "async_training.mode",
-            "async_training.staleness_threshold",
-            "async_training.max_staleness_steps",
-            "async_training.trigger_parameter_sync_step",
-            "async_training.require_batches",
-            "async_training.partial_rollout",
-            "async_training.use_rollout_log_probs",
-        ),
+        FULLY_ASYNC_TARGETS,
         _fully_async,
         "S -> mode=fully_async, max_staleness_steps=S, staleness_threshold=S, trigger_parameter_sync_step=1, "
         "require_batches=1, partial_rollout=true, use_rollout_log_probs=false; needs colocate_all=false",
@@ -394,15 +397,7 @@ TRAINER_RULES = (
     ),
     custom(
         "trainer.fully_async.enabled",
-        (
-            "async_training.mode",
-            "async_training.staleness_threshold",
-            "async_training.max_staleness_steps",
-            "async_training.trigger_parameter_sync_step",
-            "async_training.require_batches",
-            "async_training.partial_rollout",
-            "async_training.use_rollout_log_probs",
-        ),
+        FULLY_ASYNC_TARGETS,
         _fully_async_enabled,
         "true -> as trainer.fully_async.max_staleness_steps (SkyRL's default 4 when not given); false -> nothing "
         "(refused with other trainer.fully_async.* keys)",

@@ -82,8 +82,6 @@ class FrozenLakeEnv(GridGameEnv):
     )
 
     def make(self, settings: dict[str, Any]) -> None:
-        if settings.get("render_mode", "text") != "text":
-            raise ValueError("frozen_lake: render_mode must be 'text' (hybrid's models read text)")
         self.size = int(settings.get("size", 4))
         self.p = float(settings.get("p", 0.8))
         self.is_slippery = bool(settings.get("is_slippery", True))

@@ -108,6 +108,8 @@ class GridGameEnv(BaseTextEnv):
         self.format_penalty = float(settings.get("format_penalty", 0.0))
         tokens = settings.get("special_token_list", SPECIAL_TOKENS)
         self.special_tokens = tuple(tokens) if tokens is not None else ()
+        if settings.get("render_mode", "text") != "text":
+            raise ValueError(f"{self.NAME}: render_mode must be 'text' (hybrid's models read text)")
         self.make({k: v for k, v in settings.items() if k in self.GAME_KEYS})
         self.seed = episode_seed(self.extras, self.NAME)
         self.actions = 0

@@ -181,8 +181,6 @@ class SokobanEnv(GridGameEnv):
     )
 
     def make(self, settings: dict[str, Any]) -> None:
-        if settings.get("render_mode", "text") != "text":
-            raise ValueError("sokoban: render_mode must be 'text' (hybrid's models read text)")
         self.dim_room = tuple(int(x) for x in settings.get("dim_room", (10, 10)))
         self.num_boxes = int(settings.get("num_boxes", 4))
         self.max_steps = int(settings.get("max_steps", 20))
