@@ -37,24 +37,34 @@ def tokenizer(default_model_dir):
     return AutoTokenizer.from_pretrained(default_model_dir)
 
 
-def build_tiny_model_dir(out_dir, tokenizer, seed: int = 0, tie_word_embeddings: bool = True) -> str:
-    """A 2-layer, hidden-64 Llama with random weights and the SmolLM2 tokenizer."""
-    import torch
-    from transformers import AutoModelForCausalLM, LlamaConfig
+def tiny_llama_config(tokenizer, **overrides):
+    """The tiny models' shape (2 layers, hidden 64, head size 32: the smallest the vLLM CPU
+    attention backend supports) over the SmolLM2 tokenizer's vocabulary; `overrides` add to it."""
+    from transformers import LlamaConfig
 
-    config = LlamaConfig(
+    return LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=64,
         intermediate_size=128,
         num_hidden_layers=2,
-        # head size 32: the smallest the vLLM CPU attention backend supports
         num_attention_heads=2,
         num_key_value_heads=1,
+        pad_token_id=tokenizer.pad_token_id,
+        **overrides,
+    )
+
+
+def build_tiny_model_dir(out_dir, tokenizer, seed: int = 0, tie_word_embeddings: bool = True) -> str:
+    """A 2-layer, hidden-64 Llama with random weights and the SmolLM2 tokenizer."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    config = tiny_llama_config(
+        tokenizer,
         max_position_embeddings=512,
         tie_word_embeddings=tie_word_embeddings,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
         torch_dtype="float32",
     )
     torch.manual_seed(seed)

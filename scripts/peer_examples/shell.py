@@ -245,7 +245,8 @@ def _open_brackets(line: str) -> int:
     return depth + (quote is not None)
 
 
-def _strip_comment(line: str) -> str:
+def _unquoted(line: str):
+    """(index, character) of each character outside quotes, the quote marks left out."""
     quote = None
     for i, c in enumerate(line):
         if quote:
@@ -253,20 +254,21 @@ def _strip_comment(line: str) -> str:
                 quote = None
         elif c in "'\"":
             quote = c
-        elif c == "#" and (i == 0 or line[i - 1].isspace()):
+        else:
+            yield i, c
+
+
+def _strip_comment(line: str) -> str:
+    for i, c in _unquoted(line):
+        if c == "#" and (i == 0 or line[i - 1].isspace()):
             return line[:i]
     return line
 
 
 def _split_semicolons(line: str) -> list[str]:
-    parts, quote, depth, start = [], None, 0, 0
-    for i, c in enumerate(line):
-        if quote:
-            if c == quote:
-                quote = None
-        elif c in "'\"":
-            quote = c
-        elif c in "({":
+    parts, depth, start = [], 0, 0
+    for i, c in _unquoted(line):
+        if c in "({":
             depth += 1
         elif c in ")}":
             depth -= 1

@@ -189,18 +189,11 @@ def chat_batch(tokenizer, chats, width=48, **columns) -> DataProto:
 def classifier_dir(out_dir, tokenizer, chat_template: str | None = None) -> str:
     """A tiny random one-output sequence classifier (a reward model) with the SmolLM2 tokenizer,
     optionally with another chat template."""
-    from transformers import AutoModelForSequenceClassification, LlamaConfig
+    from transformers import AutoModelForSequenceClassification
 
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        num_labels=1,
-        pad_token_id=tokenizer.pad_token_id,
-    )
+    from tests.conftest import tiny_llama_config
+
+    config = tiny_llama_config(tokenizer, num_labels=1)
     torch.manual_seed(3)
     AutoModelForSequenceClassification.from_config(config).save_pretrained(out_dir)
     if chat_template is not None:
