@@ -1,10 +1,10 @@
-"""The ROLL dialect's rule table: for each key of a ROLL RLVR pipeline YAML (top-level
-pipeline keys and the worker sections actor_train, actor_infer, reference, critic,
-validation, rewards), the verl keys it sets, or why it is ignored or refused; and ROLL's
-own defaults for keys that a rule reads together with the one given. roll.py reads the
-file and applies this table; the converters are in roll_convert.py, the worker sections'
-rules in roll_workers.py, the rewards section's in roll_rewards.py, the agentic keys in
-roll_agentic.py.
+"""The ROLL dialect's rule table: for each top-level key of a ROLL pipeline YAML (the run,
+scheduling, sizes, the algorithm, the models), the verl keys it sets, or why it is ignored
+or refused, followed by the worker sections' rules (roll_sections.py: actor_train,
+actor_infer, reference, critic, validation; with the rewards section's from roll_rewards.py,
+the keys every worker shares from roll_workers.py, the agentic keys from roll_agentic.py);
+and ROLL's own defaults for keys that a rule reads together with the one given. roll.py
+reads the file and applies this table; the converters are in roll_convert.py.
 """
 
 from __future__ import annotations
@@ -12,13 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from hybrid.dialects.asynchronous import SCHEDULE_KEYS
-from hybrid.dialects.roll_agentic import AGENTIC_RULES, _max_new_tokens
 from hybrid.dialects.roll_convert import (
     ACTOR,
     ARR,
-    DEEPSPEED,
-    MEGATRON,
-    REF,
     ROLLOUT,
     _advantage,
     _async_generation_ratio,
@@ -26,15 +22,12 @@ from hybrid.dialects.roll_convert import (
     _difficulty,
     _dual_clip,
     _eval_steps,
-    _interleave,
     _is_weight,
     _keep,
     _kl_penalty,
-    _lists,
     _logger,
     _model_path,
     _recompute,
-    _ref_model_path,
     _response_length,
     _resume,
     _save_steps,
@@ -42,20 +35,13 @@ from hybrid.dialects.roll_convert import (
     _target_kl,
     _template,
     _tracker,
-    _unread_template,
     _val_greedy,
     _val_lengths,
     _value_clip,
 )
 from hybrid.dialects.roll_episodes import BATCH_RULES
-from hybrid.dialects.roll_rewards import REWARD_RULES
-from hybrid.dialects.roll_workers import (
-    _dtype_train,
-    _engine_config,
-    _worker_rules,
-    strategy_config_rule,
-    system_envs_rule,
-)
+from hybrid.dialects.roll_sections import SECTION_RULES
+from hybrid.dialects.roll_workers import system_envs_rule
 from hybrid.dialects.table import (
     NO_DUAL_CLIP,
     Rule,
@@ -431,7 +417,7 @@ RULES: tuple[Rule, ...] = (
         "true -> greedy (do_sample false, temperature 0); false -> do_sample true",
     ),
     same("val_n_sample", f"{ROLLOUT}.val_kwargs.n"),
-    # ---- models
+    # ---- models (the worker sections' model_args: roll_sections.py)
     custom("pretrain", (f"{ARR}.model.path",), _model_path, "same value"),
     custom(
         "reward_pretrain",
@@ -440,176 +426,7 @@ RULES: tuple[Rule, ...] = (
         "same value",
         "ROLL starts the critic from it",
     ),
-    custom("actor_train.model_args.model_name_or_path", (f"{ARR}.model.path",), _model_path, "same value"),
-    custom(
-        "actor_infer.model_args.model_name_or_path",
-        (f"{ARR}.model.path",),
-        _model_path,
-        "must equal the actor's",
-        "the engine serves the policy being trained",
-    ),
-    custom("reference.model_args.model_name_or_path", (), _ref_model_path, "must equal the actor's"),
-    custom(
-        "critic.model_args.model_name_or_path",
-        ("critic.model.path",),
-        lambda v, c: {} if v is None else {"critic.model.path": v},
-        "same value",
-    ),
-    custom(
-        "actor_train.model_args.dtype",
-        (f"{ACTOR}.fsdp_config.mixed_precision",),
-        _dtype_train(f"{ACTOR}.fsdp_config"),
-        "bf16, fp32",
-    ),
-    custom(
-        "reference.model_args.dtype",
-        (f"{REF}.fsdp_config.mixed_precision",),
-        _dtype_train(f"{REF}.fsdp_config"),
-        "bf16, fp32",
-    ),
-    custom(
-        "critic.model_args.dtype",
-        ("critic.model.fsdp_config.mixed_precision",),
-        _dtype_train("critic.model.fsdp_config"),
-        "bf16, fp32",
-    ),
-    choice(
-        "actor_infer.model_args.dtype",
-        f"{ROLLOUT}.dtype",
-        {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"},
-    ),
-    same("actor_train.model_args.lora_rank", f"{ARR}.model.lora_rank"),
-    same("actor_train.model_args.lora_alpha", f"{ARR}.model.lora_alpha"),
-    same("actor_train.model_args.lora_target", f"{ARR}.model.target_modules"),
-    refuse(
-        "actor_train.model_args.freeze_module_prefix",
-        "hybrid trains every parameter of the policy (no frozen modules; LoRA: model.lora_rank)",
-        accept=(None,),
-    ),
-    refuse("actor_train.model_args.lora_dropout", "hybrid's LoRA has no dropout key", accept=(None, 0, 0.0)),
-    refuse(
-        "actor_train.pg_variant",
-        "ROLL's policy-gradient variants other than ppo have no mapping; hybrid's losses are "
-        "actor_rollout_ref.actor.policy_loss.loss_mode",
-        accept=(None, "ppo"),
-    ),
-    ignore("actor_train.topr_positive_weight", "read only with use_topr_loss, which is refused"),
-    ignore("actor_train.topr_negative_weight", "read only with use_topr_loss, which is refused"),
-    # ---- strategies
-    choice(
-        "actor_train.strategy_args.strategy_name",
-        f"{ACTOR}.strategy",
-        {"fsdp2_train": "fsdp2"},
-        refused={"megatron_train": MEGATRON, "deepspeed_train": DEEPSPEED, "diffusion_deepspeed_train": DEEPSPEED},
-    ),
-    choice(
-        "critic.strategy_args.strategy_name",
-        "critic.strategy",
-        {"fsdp2_train": "fsdp2"},
-        refused={"megatron_train": MEGATRON, "deepspeed_train": DEEPSPEED},
-    ),
-    choice(
-        "reference.strategy_args.strategy_name",
-        f"{REF}.strategy",
-        {"fsdp2_infer": "fsdp2", "fsdp2_train": "fsdp2", "hf_infer": "fsdp2"},
-        refused={
-            "megatron_infer": MEGATRON,
-            "megatron_train": MEGATRON,
-            "deepspeed_infer": DEEPSPEED,
-            "deepspeed_train": DEEPSPEED,
-        },
-        note="the reference runs FSDP2 forward passes inside hybrid's actor worker",
-    ),
-    strategy_config_rule("reference"),
-    choice(
-        "actor_infer.strategy_args.strategy_name",
-        f"{ROLLOUT}.name",
-        {"vllm": "vllm", "hf_infer": "hf"},
-        refused={"sglang": "hybrid's engines are in-process vLLM and Hugging Face generate"},
-    ),
-    custom(
-        "actor_infer.strategy_args.strategy_config.*",
-        (f"{ROLLOUT}.<key>", f"{ROLLOUT}.engine_kwargs.vllm.<key>"),
-        _engine_config,
-        "gpu_memory_utilization, max_model_len, tensor_parallel_size, load_format, enforce_eager, "
-        "max_num_batched_tokens, max_num_seqs, enable_chunked_prefill -> rollout keys; sleep_level (1, 2) -> "
-        "free_cache_engine=true (2 also drops the weights between generations: memory only); VLLM_USE_V1 1 only; "
-        "others -> engine_kwargs.vllm",
-    ),
-    # ---- generation
-    custom(
-        "actor_infer.generating_args.max_new_tokens",
-        ("data.max_response_length", "actor_rollout_ref.rollout.multi_turn.max_tokens_per_turn"),
-        _max_new_tokens,
-        "same value into data.max_response_length; with custom_envs (the agentic pipeline) a cap on each turn, read "
-        "with custom_envs.<tag>.max_tokens_per_step",
-        "ROLL's agentic env manager generates min(max_tokens_per_step, max_new_tokens, what is left) per turn",
-    ),
-    same("actor_infer.generating_args.temperature", f"{ROLLOUT}.temperature"),
-    same("actor_infer.generating_args.top_p", f"{ROLLOUT}.top_p"),
-    same("actor_infer.generating_args.top_k", f"{ROLLOUT}.top_k"),
-    same("actor_infer.generating_args.repetition_penalty", f"{ROLLOUT}.repetition_penalty"),
-    same("actor_infer.generating_args.do_sample", f"{ROLLOUT}.do_sample"),
-    same("actor_infer.generating_args.stop_strings", f"{ROLLOUT}.stop"),
-    refuse("actor_infer.generating_args.num_beams", "hybrid samples; no beam search", accept=(1,)),
-    ignore(
-        "actor_infer.generating_args.num_return_sequences",
-        "ROLL's RLVR pipeline overwrites it with num_return_sequences_in_group",
-    ),
-    # ---- data
-    via(
-        "actor_train.data_args.file_name",
-        "data.train_files",
-        _lists,
-        "list of files",
-        "files in verl's columns (prompt, data_source, reward_model.ground_truth): parquet, JSON or JSON-lines",
-    ),
-    same("actor_train.data_args.prompt", "data.prompt_key"),
-    same("actor_train.data_args.messages", "data.prompt_key", note="a chat-list column"),
-    custom(
-        "actor_train.data_args.template",
-        ("data.apply_chat_template_kwargs.enable_thinking",),
-        _template,
-        "native, qwen2_5 -> the tokenizer's own template; qwen3 -> the same with enable_thinking=true (unless "
-        "global_template is given)",
-        "ROLL's qwen2_5 is its native template (tokenizer.apply_chat_template); its qwen3 passes enable_thinking=True; "
-        "ROLL encodes training and validation prompts with this one",
-    ),
-    ignore("actor_train.data_args.dataset_dir", "file_name is read as given"),
-    ignore("actor_train.data_args.preprocessing_num_workers", "hybrid tokenises prompts as batches are drawn"),
-    custom(
-        "actor_train.data_args.domain_interleave_probs.*",
-        (),
-        _interleave,
-        "a {domain: probability} mapping with one domain accepted; several refused (once, naming how many)",
-    ),
-    custom("actor_train.data_args.interleave_probs", (), _interleave, "one file accepted"),
-    custom("actor_infer.data_args.template", (), _unread_template, "accepted (ROLL's known templates)"),
-    custom("reference.data_args.template", (), _unread_template, "accepted (ROLL's known templates)"),
-    custom("critic.data_args.template", (), _unread_template, "accepted (ROLL's known templates)"),
-    # ---- validation
-    via("validation.data_args.file_name", "data.val_files", _lists, "list of files"),
-    custom("validation.data_args.template", (), _unread_template, "accepted (ROLL's known templates)"),
-    ignore("validation.data_args.dataset_dir", "file_name is read as given"),
-    ignore("validation.data_args.preprocessing_num_workers", "hybrid tokenises prompts as batches are drawn"),
-    same("validation.data_args.prompt", "data.prompt_key"),
-    same("validation.data_args.messages", "data.prompt_key"),
-    same("validation.generating_args.temperature", f"{ROLLOUT}.val_kwargs.temperature"),
-    same("validation.generating_args.top_p", f"{ROLLOUT}.val_kwargs.top_p"),
-    same("validation.generating_args.top_k", f"{ROLLOUT}.val_kwargs.top_k"),
-    same("validation.generating_args.do_sample", f"{ROLLOUT}.val_kwargs.do_sample"),
-    same("validation.generating_args.num_return_sequences", f"{ROLLOUT}.val_kwargs.n"),
-    same(
-        "validation.generating_args.max_new_tokens",
-        "data.max_response_length",
-        note="hybrid validates with the training response length",
-    ),
-    refuse("validation.generating_args.num_beams", "hybrid samples; no beam search", accept=(1,)),
-    custom("validation.eval_steps", ("trainer.test_freq", "trainer.val_before_train"), _eval_steps, "as eval_steps"),
-    *REWARD_RULES,
-    refuse("critic.generating_args.*", "the critic generates nothing"),
-    *(rule for role in ("actor_train", "actor_infer", "reference", "critic") for rule in _worker_rules(role)),
-    *AGENTIC_RULES,
+    *SECTION_RULES,
 )
 
 __all__ = ["ROLL_DEFAULTS", "RULES"]

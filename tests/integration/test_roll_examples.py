@@ -27,9 +27,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.roll_helpers import ONE_DEVICE, REPO, kept_example, write_example
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[2]
 RLVR_EXAMPLE = "examples/qwen3-30BA3B-rlvr_fsdp2/rlvr_config.yaml"
 
 
@@ -41,12 +42,8 @@ def rlvr_run(tiny_model_dir, tmp_path_factory):
     from hybrid.arithmetic_task import write_arithmetic_parquet
 
     root = tmp_path_factory.mktemp("roll")
-    kept = json.loads((REPO / "tests" / "data" / "peer_examples" / "roll.json").read_text())
-    example = next(e for e in kept["examples"] if e["path"] == RLVR_EXAMPLE)
-    assert example["selected"] and not example["defaults_files"]
-    path = root / example["path"]
-    path.parent.mkdir(parents=True)
-    path.write_text(example["text"])
+    assert not kept_example(RLVR_EXAMPLE)["defaults_files"]
+    path = write_example(root, RLVR_EXAMPLE)
     files = write_arithmetic_parquet(root / "data", n_train=8, n_val=4, seed=4)
     data = {}
     for split in ("train", "val"):  # the example reads its prompts from a `messages` column
@@ -59,13 +56,7 @@ def rlvr_run(tiny_model_dir, tmp_path_factory):
         f"reward_pretrain={tiny_model_dir}",
         f"actor_train.data_args.file_name=[{data['train']}]",
         f"validation.data_args.file_name=[{data['val']}]",
-        "num_gpus_per_node=1",
-        "actor_train.device_mapping=[0]",
-        "actor_infer.device_mapping=[0]",
-        "reference.device_mapping=[0]",
-        "actor_train.model_args.ulysses_size=1",
-        "reference.model_args.ulysses_size=1",
-        "actor_infer.strategy_args.strategy_config.tensor_parallel_size=1",
+        *ONE_DEVICE,
         "actor_infer.num_gpus_per_worker=1",
         "max_steps=2",
         "rollout_batch_size=4",
@@ -115,22 +106,12 @@ def agentic_run(tiny_model_dir, tmp_path_factory):
     in), with its ROLL overrides for model and sizes: 2 environment groups of 2 episodes (validation:
     one of each of its four tags), 2 actions of at most 8 tokens each."""
     root = tmp_path_factory.mktemp("roll_agentic")
-    kept = json.loads((REPO / "tests" / "data" / "peer_examples" / "roll.json").read_text())
-    example = next(e for e in kept["examples"] if e["path"] == AGENTIC_EXAMPLE)
-    assert example["selected"] and "examples/config/traj_envs.yaml" in example["defaults_files"]
-    for rel, text in [(example["path"], example["text"]), *example["defaults_files"].items()]:
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
+    assert "examples/config/traj_envs.yaml" in kept_example(AGENTIC_EXAMPLE)["defaults_files"]
+    path = write_example(root, AGENTIC_EXAMPLE)
     overrides = [
         f"pretrain={tiny_model_dir}",
         f"reward_pretrain={tiny_model_dir}",
-        "num_gpus_per_node=1",
-        "actor_train.device_mapping=[0]",
-        "actor_infer.device_mapping=[0]",
-        "reference.device_mapping=[0]",
-        "actor_train.model_args.ulysses_size=1",
-        "reference.model_args.ulysses_size=1",
-        "actor_infer.strategy_args.strategy_config.tensor_parallel_size=1",
+        *ONE_DEVICE,
         "actor_train.training_args.gradient_accumulation_steps=4",
         "max_steps=2",
         "rollout_batch_size=4",
@@ -147,7 +128,7 @@ def agentic_run(tiny_model_dir, tmp_path_factory):
         "eval_steps=2",
         "save_steps=0",
     ]
-    return root / example["path"], overrides
+    return path, overrides
 
 
 def test_roll_agentic_example_trains_two_steps_on_sokoban_episodes(agentic_run, tmp_path):

@@ -5,7 +5,6 @@ per-tag settings, its grid vocabulary reaching the environment, and what is refu
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from pathlib import Path
 
@@ -16,8 +15,8 @@ from hybrid.data import read_rows
 from hybrid.dialects import translate_argv
 from hybrid.env_seeds import make_spec, parse_spec, spec_rows
 from reward.environments import EnvFactory
+from tests.integration.roll_helpers import ONE_DEVICE, write_example
 
-REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = "examples/qwen3-30BA3B-agentic_fsdp2/agentic_val_sokoban_30a3.yaml"
 MT = "actor_rollout_ref.rollout.multi_turn"
 
@@ -44,22 +43,11 @@ def test_spec_rows_follow_the_groups_and_seed():
 
 @pytest.fixture
 def example(tmp_path) -> Path:
-    kept = json.loads((REPO / "tests" / "data" / "peer_examples" / "roll.json").read_text())
-    found = next(e for e in kept["examples"] if e["path"] == EXAMPLE)
-    for rel, text in [(found["path"], found["text"]), *found["defaults_files"].items()]:
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_text(text)
-    return tmp_path / EXAMPLE
+    return write_example(tmp_path, EXAMPLE)
 
 
 SIZES = [
-    "num_gpus_per_node=1",
-    "actor_train.device_mapping=[0]",
-    "actor_infer.device_mapping=[0]",
-    "reference.device_mapping=[0]",
-    "actor_train.model_args.ulysses_size=1",
-    "reference.model_args.ulysses_size=1",
-    "actor_infer.strategy_args.strategy_config.tensor_parallel_size=1",
+    *ONE_DEVICE,
     "actor_train.training_args.gradient_accumulation_steps=128",  # one optimizer step: 16 groups of 8
     "max_steps=3",
 ]
