@@ -3,12 +3,12 @@ another: the library behind `python -m scripts.model_merger` (the command line) 
 `trainer.merge_on_finish` (hybrid/checkpointing.py calls `merge` in process).
 
 `merge` reads every rank's `model_world_size_W_rank_r.safetensors` (any W), rebuilds each
-full tensor from the ranks' dim-0 shards, merges LoRA adapters into their base weights
-(base + (B @ A) * scaling, in fp32) and writes config, generation config, tokenizer and
-safetensors shards (`--max_shard_size`, with an index when there are several). With
-`--save_lora_adapter` it writes a peft adapter folder instead (adapter_config.json +
-adapter_model.safetensors, to load on top of the base model). Tensors are read one at a
-time from memory-mapped shards, so memory holds about one output shard.
+full tensor from the ranks' dim-0 shards (one shard group's, under hybrid sharding), merges
+LoRA adapters into their base weights (base + (B @ A) * scaling, in fp32) and writes config,
+generation config, tokenizer and safetensors shards (`--max_shard_size`, with an index when
+there are several). With `--save_lora_adapter` it writes a peft adapter folder instead
+(adapter_config.json + adapter_model.safetensors, to load on top of the base model). Tensors
+are read one at a time from memory-mapped shards, so memory holds about one output shard.
 
 Mistakes in the arguments (a folder that is not a checkpoint, a partial or a step folder
 instead of its actor folder, a missing reference) raise InputError naming what to change
@@ -74,7 +74,9 @@ class ShardedCheckpoint:
         info = self.layout[name]
         if info["placement"] == "replicate":
             return self.shards[0].get_tensor(name)
-        tensor = torch.cat([s.get_tensor(name) for s in self.shards], dim=0)
+        # Under hybrid sharding the shard groups are copies of each other: the first one is whole.
+        group = int(self.meta.get("shard_group_size", self.world_size))
+        tensor = torch.cat([s.get_tensor(name) for s in self.shards[:group]], dim=0)
         if list(tensor.shape) != info["shape"]:
             raise CheckpointError(
                 f"{self.local_dir}: {name} rebuilt to shape {list(tensor.shape)}, expected {info['shape']}"

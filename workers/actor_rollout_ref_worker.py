@@ -102,7 +102,8 @@ class ActorRolloutRefWorker(ProfiledWorker, Worker):
     def _load_causal_lm(
         self, fsdp_config: FSDPConfig, trainable: bool, offload_policy: bool = False, lora: bool = False
     ):
-        """The policy (`lora`: with its adapters) or the reference policy (the base model)."""
+        """The policy (`lora`: with its adapters) or the reference policy (the base model), both
+        on the actor's device mesh (`actor.fsdp_config.fsdp_size`), as verl's fused worker."""
         from transformers import AutoModelForCausalLM
 
         model = self.config.model
@@ -119,6 +120,7 @@ class ActorRolloutRefWorker(ProfiledWorker, Worker):
             lora_config=model if lora else None,
             offload_policy=offload_policy,
             forward_prefetch=fsdp_config.forward_prefetch,
+            fsdp_size=self.config.actor.fsdp_config.fsdp_size,
         )
 
     def _build_policy(self):

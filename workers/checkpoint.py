@@ -12,9 +12,12 @@ One role's folder (`global_step_N/actor`, `global_step_N/critic`), with verl's f
                                                 `hf_model` content also full (LoRA-merged) weights
 
 Each rank writes and reads only its own files, so saving costs no gather; loading needs the
-same world size (the merger turns any world size into one Hugging Face folder). FSDP2
-shards every parameter on dim 0 (`Shard(0)`, torch.chunk sizes), so the merger rebuilds a
-tensor by concatenating the ranks' shards in order. Tied parameters are stored once and
+same world size and shard group size (the merger turns any into one Hugging Face folder).
+FSDP2 shards every parameter on dim 0 (`Shard(0)`, torch.chunk sizes), so the merger rebuilds
+a tensor by concatenating the ranks' shards in order. Under hybrid sharding (`fsdp_size` below
+the world size: placements `(Replicate(), Shard(0))` on a 2-D mesh) ranks r and
+r + fsdp_size hold the same shard; `fsdp_config.json` records the group size
+(`shard_group_size`), and the merger concatenates the first group's shards. Tied parameters are stored once and
 recorded as an alias. Nothing is loaded with pickle: model shards are safetensors, the rest
 `torch.load(weights_only=True)`.
 
@@ -66,11 +69,22 @@ def _placement(tensor: torch.Tensor) -> str:
     if not isinstance(tensor, DTensor):
         return "replicate"
     placements = tuple(tensor.placements)
-    if placements == (Shard(0),):
+    if placements in ((Shard(0),), (Replicate(), Shard(0))):
         return "shard0"
-    if placements == (Replicate(),):
+    if set(placements) == {Replicate()}:
         return "replicate"
-    raise ValueError(f"cannot checkpoint a DTensor with placements {placements}; FSDP2 on a 1-D mesh gives (Shard(0),)")
+    raise ValueError(
+        f"cannot checkpoint a DTensor with placements {placements}; FSDP2 gives (Shard(0),) on a 1-D mesh, "
+        f"(Replicate(), Shard(0)) on a hybrid-sharded 2-D mesh"
+    )
+
+
+def shard_group_size(model: torch.nn.Module, world_size: int) -> int:
+    """Ranks that together hold one copy of the model: the mesh's last (shard) dimension."""
+    for param in model.parameters():
+        if isinstance(param, DTensor):
+            return int(param.device_mesh.shape[-1])
+    return world_size
 
 
 def _local(tensor: torch.Tensor) -> torch.Tensor:
@@ -444,6 +458,7 @@ class FSDPCheckpointer:
                 "format_version": FORMAT_VERSION,
                 "FSDP_version": 2,
                 "world_size": W,
+                "shard_group_size": shard_group_size(self.model, W),
                 "global_step": int(global_step),
                 "contents": contents,
                 "architecture": architecture,
@@ -500,6 +515,13 @@ class FSDPCheckpointer:
                 f"state loads only at the same world size. Merge it into a Hugging Face folder "
                 f"(python -m scripts.model_merger merge --backend fsdp --local_dir {local_path} --target_dir <dir>) "
                 f"and start from that folder instead"
+            )
+        saved_group, group = int(meta.get("shard_group_size", W)), shard_group_size(self.model, W)
+        if saved_group != group:
+            raise ValueError(
+                f"checkpoint {local_path} was saved with shard groups of {saved_group} ranks and this run shards "
+                f"over {group} (fsdp_config.fsdp_size); resume with the same fsdp_size, or merge it into a "
+                f"Hugging Face folder and start from that"
             )
         contents = [c for c in contents if c != "hf_model"]  # the HF folder is an export, never loaded
         missing = [c for c in contents if c not in meta["contents"]]

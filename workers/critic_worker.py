@@ -65,6 +65,7 @@ class CriticWorker(ProfiledWorker, Worker):
             override_config=model.override_config,
             gradient_checkpointing=model.enable_gradient_checkpointing,
             offload_policy=model.fsdp_config.offload_policy,
+            fsdp_size=model.fsdp_config.fsdp_size,
             lora_config=model if model.is_lora else None,
             lora_causal_lm=False,
             # As verl: no dropout on the value head, so values are deterministic functions of the weights.

@@ -2,7 +2,10 @@
 the device between phases (`on_device`, driven by a section's `fsdp_config` switches).
 
 Every model is loaded in fp32 on the CPU (the master weights), sharded with `fully_shard`
-per decoder layer and then at the root, over a 1-D device mesh of all ranks. Mixed
+per decoder layer and then at the root, over a device mesh of all ranks: 1-D (every rank
+holds 1/world of each parameter), or with `fsdp_size` below the world size 2-D, verl's
+hybrid sharding (HSDP): shard within groups of `fsdp_size` consecutive ranks, replicate
+across the groups (`fsdp_mesh`). Mixed
 precision computes in bf16 where the hardware has fast bf16 (GPUs, and CPUs with
 AVX-512 bf16 or AMX) and reduces gradients in fp32.
 """
@@ -51,22 +54,36 @@ def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     return layers
 
 
+def fsdp_mesh(fsdp_size: int = -1):
+    """verl's `create_device_mesh`: one 1-D mesh ("fsdp") of all ranks when `fsdp_size` is
+    -1 or at least the world size; else a 2-D mesh ("ddp", "fsdp") of world/fsdp_size
+    replica groups of `fsdp_size` ranks each, on which `fully_shard` shards within a group
+    and all-reduces gradients across the groups. The config check refuses a size that does
+    not divide the world size before anything starts; this check is the worker's own."""
+    world_size = dist.get_world_size()
+    if fsdp_size < 0 or fsdp_size >= world_size:
+        return init_device_mesh(get_device_name(), (world_size,), mesh_dim_names=("fsdp",))
+    if fsdp_size == 0 or world_size % fsdp_size:
+        raise ValueError(f"fsdp_config.fsdp_size={fsdp_size} does not divide the world size {world_size}")
+    return init_device_mesh(get_device_name(), (world_size // fsdp_size, fsdp_size), mesh_dim_names=("ddp", "fsdp"))
+
+
 def apply_fsdp2(
     model: torch.nn.Module,
     param_dtype: torch.dtype,
     reshard_after_forward: bool,
     offload_policy: bool = False,
     forward_prefetch: bool = False,
+    fsdp_size: int = -1,
 ) -> torch.nn.Module:
-    """Shard every decoder layer, then the root; `offload_policy` (GPU only) keeps the
-    parameters on the host and lets FSDP2 stream them in. `forward_prefetch` (verl's
-    `fsdp_config.forward_prefetch`) is FSDP2's explicit forward prefetch: each decoder layer
-    issues the next one's all-gather before its own compute (without it the all-gather is
-    issued when the next layer starts and overlaps only through the separate CUDA stream);
-    it suits our decoder stacks, whose layer order is fixed, at the cost of one more
-    gathered layer held at a time."""
-    world_size = dist.get_world_size()
-    mesh = init_device_mesh(get_device_name(), (world_size,), mesh_dim_names=("fsdp",))
+    """Shard every decoder layer, then the root, over `fsdp_mesh(fsdp_size)`; `offload_policy`
+    (GPU only) keeps the parameters on the host and lets FSDP2 stream them in.
+    `forward_prefetch` (verl's `fsdp_config.forward_prefetch`) is FSDP2's explicit forward
+    prefetch: each decoder layer issues the next one's all-gather before its own compute
+    (without it the all-gather is issued when the next layer starts and overlaps only
+    through the separate CUDA stream); it suits our decoder stacks, whose layer order is
+    fixed, at the cost of one more gathered layer held at a time."""
+    mesh = fsdp_mesh(fsdp_size)
     mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32, cast_forward_inputs=True)
     kwargs = {"mesh": mesh, "mp_policy": mp, "reshard_after_forward": bool(reshard_after_forward)}
     if offload_policy and is_cuda_available():

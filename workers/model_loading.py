@@ -121,10 +121,12 @@ def load_hf_model(
     lora_causal_lm: bool = True,
     offload_policy: bool = False,
     forward_prefetch: bool = False,
+    fsdp_size: int = -1,
     **hf_config_overrides,
 ):
-    """fp32 master weights on the host, then FSDP2 over all ranks with the compute dtype of
-    `fsdp_config.mixed_precision`; returns (module, hf_config).
+    """fp32 master weights on the host, then FSDP2 over all ranks (hybrid-sharded groups of
+    `fsdp_size` ranks when it is below the world size, workers/fsdp_utils.fsdp_mesh) with the
+    compute dtype of `fsdp_config.mixed_precision`; returns (module, hf_config).
 
     `override_config` and `hf_config_overrides` are set on the Hugging Face config before the
     weights load. With `lora_config` (the actor's model section, lora_rank > 0 or lora_adapter_path;
@@ -163,5 +165,5 @@ def load_hf_model(
         module = apply_lora(module, lora_config, lora_causal_lm)
     module.to(current_device())
     param_dtype = resolve_mixed_precision(fsdp_config.mixed_precision)
-    apply_fsdp2(module, param_dtype, fsdp_config.reshard_after_forward, offload_policy, forward_prefetch)
+    apply_fsdp2(module, param_dtype, fsdp_config.reshard_after_forward, offload_policy, forward_prefetch, fsdp_size)
     return module, hf_config

@@ -82,8 +82,10 @@ def check_config(config: HybridConfig, problems: Problems, world_size: int | Non
     config.algorithm.rollout_correction.check(problems, arr.actor)
     config.algorithm.difficulty_mask.check(problems)
     _check_actor(config, world, world_desc, problems)
+    _check_fsdp_size(problems, f"{ARR}.actor.fsdp_config.fsdp_size", arr.actor.fsdp_config, world, world_desc)
     if config.critic is not INVALID and _critic_used(config, problems):
         critic = config.critic
+        _check_fsdp_size(problems, "critic.model.fsdp_config.fsdp_size", critic.model.fsdp_config, world, world_desc)
         _check_ppo_batches(problems, "critic", "critic", critic, config, world, world_desc)
         _deprecated_micro(
             problems,
@@ -125,6 +127,21 @@ def _world(config: HybridConfig, world_size: int | None) -> tuple[int | None, st
         return None, ""
     n = trainer.nnodes * trainer.n_gpus_per_node
     return n, f"world size {n} (trainer.nnodes={trainer.nnodes} x trainer.n_gpus_per_node={trainer.n_gpus_per_node})"
+
+
+def _check_fsdp_size(problems: Problems, key: str, fsdp_config: Any, world: int | None, world_desc: str) -> None:
+    """verl's rule (create_device_mesh): -1 or at least the world size shards over all ranks;
+    a smaller size makes hybrid-sharded groups of that many ranks, which must tile the world."""
+    size = fsdp_config.fsdp_size if fsdp_config is not INVALID else INVALID
+    if not valid(size):
+        return
+    if size == 0 or size < -1:
+        problems.add(f"{key}={size} must be -1 (shard over all ranks) or a positive group size")
+    elif world is not None and 0 < size < world and world % size:
+        problems.add(
+            f"{key}={size} does not divide {world_desc}: hybrid-sharded groups of {size} ranks must tile the "
+            f"ranks (-1 shards over all of them)"
+        )
 
 
 def _check_profilers(config: HybridConfig, problems: Problems) -> None:

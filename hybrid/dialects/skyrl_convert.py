@@ -179,18 +179,25 @@ def _max_training_steps(value: Any, ctx: Context) -> dict[str, Any]:
     }
 
 
-def _fsdp_size(verl_key: str):
-    """SkyRL's fsdp_size: ranks in one FSDP shard group; -1 or the whole training group is
-    full sharding, hybrid's only layout (-1). Another size stays as given, and hybrid's
-    config check refuses it with its reason."""
+def _shard_group(value: Any, ctx: Context) -> Any:
+    """An fsdp_size as the layout it gives (SkyRL's create_device_mesh, verl's): -1 for full
+    sharding (-1, or at least the policy's ranks), else the group size."""
+    nodes = ctx.effective("trainer.placement.policy_num_nodes", "trainer.nnodes")
+    gpus = ctx.effective("trainer.placement.policy_num_gpus_per_node", "trainer.n_gpus_per_node")
+    whole = isinstance(value, int) and isinstance(nodes, int) and isinstance(gpus, int) and value >= nodes * gpus
+    return -1 if whole or (isinstance(value, int) and value < 0) else value
 
-    def convert(value: Any, ctx: Context) -> dict[str, Any]:
-        nodes = ctx.effective("trainer.placement.policy_num_nodes", "trainer.nnodes")
-        gpus = ctx.effective("trainer.placement.policy_num_gpus_per_node", "trainer.n_gpus_per_node")
-        whole = isinstance(nodes, int) and isinstance(gpus, int) and value == nodes * gpus
-        return {verl_key: -1 if whole else value}
 
-    return convert
+def _ref_fsdp_size(value: Any, ctx: Context) -> dict[str, Any]:
+    """The reference runs in the policy's workers, on the policy's device mesh (verl's fused
+    worker): its fsdp_size is honoured when it gives the policy's layout."""
+    policy = ctx.effective("trainer.policy.fsdp_config.fsdp_size", f"{ACTOR}.fsdp_config.fsdp_size")
+    if _shard_group(value, ctx) != _shard_group(policy, ctx):
+        raise Refusal(
+            f"hybrid's reference runs in the policy's workers and is sharded over the policy's shard groups "
+            f"(trainer.policy.fsdp_config.fsdp_size={policy}); give both the same size"
+        )
+    return {}
 
 
 def _same_as_policy(policy_key: str, verl_key: str):

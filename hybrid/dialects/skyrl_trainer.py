@@ -16,7 +16,6 @@ from hybrid.dialects.skyrl_convert import (
     _critic_path,
     _epochs,
     _fsdp_mixed_precision,
-    _fsdp_size,
     _fully_async,
     _fully_async_enabled,
     _lists,
@@ -25,6 +24,7 @@ from hybrid.dialects.skyrl_convert import (
     _max_ckpts,
     _max_training_steps,
     _offload_after_step,
+    _ref_fsdp_size,
     _ref_path,
     _ref_sequence_parallel,
     _resume_mode,
@@ -153,12 +153,12 @@ TRAINER_RULES = (
         note="FSDP2's CPUOffloadPolicy",
     ),
     same("trainer.policy.fsdp_config.reshard_after_forward", f"{ACTOR}.fsdp_config.reshard_after_forward"),
-    custom(
+    same(
         "trainer.policy.fsdp_config.fsdp_size",
-        (f"{ACTOR}.fsdp_config.fsdp_size",),
-        _fsdp_size(f"{ACTOR}.fsdp_config.fsdp_size"),
-        "-1 or policy_num_nodes x policy_num_gpus_per_node -> -1 (full sharding); another size is refused",
-        "ranks in one FSDP shard group; the whole training group is full sharding, hybrid's layout",
+        f"{ACTOR}.fsdp_config.fsdp_size",
+        note="ranks in one shard group: -1 (or at least the policy's ranks) shards over all; a smaller size "
+        "shards within groups of that many ranks, replicated across the groups (HSDP, as SkyRL's create_device_mesh); "
+        "it must divide the ranks",
     ),
     custom(
         "trainer.policy.fsdp_config.mixed_precision.*",
@@ -176,7 +176,12 @@ TRAINER_RULES = (
         note="the reference's parameters stay on the CPU between uses",
     ),
     same("trainer.ref.fsdp_config.reshard_after_forward", f"{REF}.fsdp_config.reshard_after_forward"),
-    refuse("trainer.ref.fsdp_config.fsdp_size", "the reference is sharded like the policy", accept=(-1,)),
+    custom(
+        "trainer.ref.fsdp_config.fsdp_size",
+        (),
+        _ref_fsdp_size,
+        "accepted when it gives the policy's layout (the reference sits on the policy's device mesh)",
+    ),
     custom(
         "trainer.ref.fsdp_config.mixed_precision.*",
         (f"{REF}.fsdp_config.mixed_precision",),
@@ -186,12 +191,7 @@ TRAINER_RULES = (
     refuse("trainer.ref.fsdp_config.wrap_policy.*", "hybrid wraps every decoder layer"),
     same("trainer.critic.fsdp_config.cpu_offload", "critic.model.fsdp_config.offload_policy"),
     same("trainer.critic.fsdp_config.reshard_after_forward", "critic.model.fsdp_config.reshard_after_forward"),
-    custom(
-        "trainer.critic.fsdp_config.fsdp_size",
-        ("critic.model.fsdp_config.fsdp_size",),
-        _fsdp_size("critic.model.fsdp_config.fsdp_size"),
-        "as the policy's",
-    ),
+    same("trainer.critic.fsdp_config.fsdp_size", "critic.model.fsdp_config.fsdp_size", note="as the policy's"),
     custom(
         "trainer.critic.fsdp_config.mixed_precision.*",
         ("critic.model.fsdp_config.mixed_precision",),

@@ -221,19 +221,25 @@ from tests.unit.test_dialects import REPO, SKYRL_SEED_EXAMPLE, A, skyrl, skyrl_e
             ["trainer.max_prompt_length=128", "generator.max_input_length=${trainer.max_prompt_length}"],
             {"data.max_prompt_length": 128},
         ),
-        # One FSDP shard group over the whole training group is full sharding (hybrid's -1).
+        # fsdp_size passes as it is: verl's and SkyRL's create_device_mesh read it alike (at least
+        # the ranks: full sharding; fewer: hybrid-sharded groups); the reference may repeat the policy's.
         (
             [
                 "trainer.placement.policy_num_nodes=2",
                 "trainer.placement.policy_num_gpus_per_node=4",
                 "trainer.policy.fsdp_config.fsdp_size=8",
                 "trainer.critic.fsdp_config.fsdp_size=-1",
+                "trainer.ref.fsdp_config.fsdp_size=-1",
             ],
-            {f"{A}.actor.fsdp_config.fsdp_size": -1, "critic.model.fsdp_config.fsdp_size": -1},
+            {f"{A}.actor.fsdp_config.fsdp_size": 8, "critic.model.fsdp_config.fsdp_size": -1},
         ),
         (
-            ["trainer.placement.policy_num_nodes=2", "trainer.policy.fsdp_config.fsdp_size=8"],
-            {f"{A}.actor.fsdp_config.fsdp_size": 8},  # half the group: left for the config check to refuse
+            [
+                "trainer.placement.policy_num_nodes=2",
+                "trainer.policy.fsdp_config.fsdp_size=8",
+                "trainer.ref.fsdp_config.fsdp_size=8",
+            ],
+            {f"{A}.actor.fsdp_config.fsdp_size": 8},
         ),
         # Expert parallelism: SkyRL's ep = dp x tp with dp 1 is vLLM's experts over the tensor-parallel group.
         (
@@ -368,6 +374,12 @@ def test_skyrl_refusals_are_all_listed_at_once_by_name_with_the_reason():
         ("generator.vision_language_generator=true", "text only"),
         ("trainer.policy.language_model_only=true", "vision encoder"),
         (
+            "trainer.placement.policy_num_nodes=2 trainer.placement.policy_num_gpus_per_node=8 "
+            "trainer.policy.fsdp_config.fsdp_size=8 trainer.ref.fsdp_config.fsdp_size=-1",
+            "trainer.ref.fsdp_config.fsdp_size=-1: hybrid's reference runs in the policy's workers and is sharded "
+            "over the policy's shard groups (trainer.policy.fsdp_config.fsdp_size=8); give both the same size",
+        ),
+        (
             "trainer.fully_async.enabled=false trainer.fully_async.max_staleness_steps=2",
             "false with trainer.fully_async.max_staleness_steps given",
         ),
@@ -467,6 +479,29 @@ def test_skyrl_sequence_parallel_loads_and_validates():
     arr = cfg.actor_rollout_ref
     assert arr.actor.ulysses_sequence_parallel_size == 2 and arr.ref.ulysses_sequence_parallel_size == 2
     assert cfg.critic.ulysses_sequence_parallel_size == 2
+
+
+def test_skyrl_hybrid_sharding_loads_and_validates_or_names_the_size_that_does_not_divide():
+    def config(size):
+        argv = [
+            "--dialect",
+            "skyrl",
+            "trainer.placement.policy_num_nodes=2",
+            "trainer.placement.policy_num_gpus_per_node=8",
+            "trainer.micro_train_batch_size_per_gpu=2",
+            f"trainer.policy.fsdp_config.fsdp_size={size}",
+        ]
+        cfg = load_config(translate_argv(argv))
+        validate_config(cfg)
+        return cfg
+
+    assert config(8).actor_rollout_ref.actor.fsdp_config.fsdp_size == 8  # 2 groups of 8 of the 16 ranks
+    with pytest.raises(ConfigError) as info:
+        config(6)
+    assert (
+        f"{A}.actor.fsdp_config.fsdp_size=6 does not divide world size 16 (trainer.nnodes=2 x "
+        "trainer.n_gpus_per_node=8): hybrid-sharded groups of 6 ranks must tile the ranks (-1 shards over all of them)"
+    ) in str(info.value)
 
 
 def test_skyrl_example_script_loads_and_validates(tmp_path):

@@ -40,7 +40,9 @@ class TrainFSDPConfig(FSDPConfig):
 
     optimizer_offload: bool
     offload_policy: bool
-    fsdp_size: Annotated[int, Fixed((-1,), "hybrid shards over all ranks (no hybrid-sharded groups)")]
+    # Ranks in one shard group: -1 (or >= the world size) all of them; fewer make hybrid-sharded
+    # groups replicated across each other (workers/fsdp_utils.fsdp_mesh; rules check it tiles the world).
+    fsdp_size: int
 
 
 @dataclass(frozen=True)
