@@ -1,6 +1,6 @@
 """Driver-side operations on a step's batch, between the workers' calls: prompt uids,
-balancing tokens across ranks, the advantage computation, DAPO group filtering, and masking
-truncated responses out of the losses."""
+balancing tokens across ranks, the advantage computation, DAPO group filtering, masking
+truncated responses out of the losses, and ROLL's batch adjustment (copies or drops)."""
 
 from __future__ import annotations
 
@@ -216,3 +216,49 @@ def kept_group_indices(uids: np.ndarray, values: np.ndarray) -> list[int]:
         if len(rows) == 1 or np.std(values[rows]) > 0:
             keep.extend(rows)
     return sorted(keep)
+
+
+BATCH_ADJUST_MODES = ("copy", "delete", "auto", "random_sample")
+
+
+def adjusted_rows(size: int, multiple: int, mode: str, generator: torch.Generator) -> tuple[list[int], int, int]:
+    """ROLL's agentic adjust_batch (roll/pipeline/agentic/agentic_pipeline.py) on row indices:
+    a batch of `size` rows brought to a multiple of `multiple` rows. Returns (the rows in their
+    new order, rows added, rows removed). `copy` appends `multiple - size % multiple` rows drawn
+    at random (without replacement unless more are needed than the batch has), `delete` drops
+    `size % multiple` rows at random (a copy when that would leave none), `auto` copies when the
+    remainder is at least half the batch or the batch is smaller than `multiple` and deletes
+    otherwise, `random_sample` keeps `multiple` rows at random (a copy when the batch is smaller)."""
+    rest = size % multiple
+    if rest == 0:
+        return list(range(size)), 0, 0
+    if mode == "auto":
+        mode = "copy" if rest >= 0.5 * size or size // multiple == 0 else "delete"
+    elif mode == "random_sample" and size < multiple:
+        mode = "copy"
+    if mode == "delete" and rest >= size:
+        mode = "copy"
+    if mode == "copy":
+        add = multiple - rest
+        if add > size:
+            extra = torch.randint(size, (add,), generator=generator).tolist()
+        else:
+            extra = torch.randperm(size, generator=generator)[:add].tolist()
+        return list(range(size)) + extra, add, 0
+    if mode == "delete":
+        dropped = set(torch.randperm(size, generator=generator)[:rest].tolist())
+        return [i for i in range(size) if i not in dropped], 0, rest
+    if mode == "random_sample":
+        return sorted(torch.randperm(size, generator=generator)[:multiple].tolist()), 0, size - multiple
+    raise ValueError(f"algorithm.batch_adjust.mode={mode!r} is not one of {', '.join(BATCH_ADJUST_MODES)}")
+
+
+def adjust_batch(batch: DataProto, multiple: int, mode: str, generator: torch.Generator) -> tuple[DataProto, dict]:
+    """algorithm.batch_adjust: the scored batch brought to a multiple of `multiple` samples before
+    the log-prob passes and the advantages, which see the copies like any other sample (as in
+    ROLL); returns the batch and its metrics (rows added and removed, 0 when none)."""
+    rows, added, removed = adjusted_rows(len(batch), multiple, mode, generator)
+    metrics = {"batch_adjust/added": float(added), "batch_adjust/removed": float(removed)}
+    if not added and not removed:
+        return batch, metrics
+    return batch.select_idxs(rows), metrics

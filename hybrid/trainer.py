@@ -21,6 +21,7 @@ import torch
 from tqdm import tqdm
 
 from hybrid.batch_ops import (
+    adjust_batch,
     balance_batch,
     clip_rewards_and_advantages,
     mask_by_difficulty,
@@ -149,6 +150,12 @@ class PPOTrainer:
         cfg = self.config
         batch.meta_info["global_steps"] = self.state.global_step
         actor = cfg.actor_rollout_ref.actor
+        adjust = cfg.algorithm.batch_adjust
+        if adjust.multiple is not None:
+            # Seeded by step, so a resumed run copies or drops the same rows.
+            generator = torch.Generator().manual_seed(cfg.trainer.seed * 1_000_003 + self.state.global_step + 7)
+            batch, adjust_metrics = adjust_batch(batch, adjust.multiple, adjust.mode, generator)
+            metrics.update(adjust_metrics)
         if cfg.trainer.balance_batch:
             metrics.update(balance_batch(batch, self.world_size, keep_groups=actor.share_prompts))
 

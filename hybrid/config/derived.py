@@ -71,6 +71,8 @@ def _on_policy_update(config: HybridConfig, correction: CorrectionSettings | Non
         and actor.skip_old_log_prob_on_policy
         and actor.ppo_epochs == 1
         and actor.ppo_mini_batch_size >= config.data.train_batch_size
+        # batch_adjust may bring the batch to several mini batches: on-policy only when it makes exactly one
+        and algorithm.batch_adjust.multiple in (None, actor.ppo_mini_batch_size * config.actor_rollout_ref.rollout.n)
         and not algorithm.use_kl_in_reward
         and not algorithm.filter_groups.enable
         and not (correction is not None and (correction.bypass or correction.needs_whole_batch))

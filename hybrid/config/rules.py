@@ -306,7 +306,14 @@ def _check_ppo_batches(
         problems.add(f"{micro_key}=None must be a positive integer unless {prefix}.use_dynamic_bsz=true")
     if not valid(mini, train_batch, n):
         return
-    if train_batch % mini != 0:
+    multiple = config.algorithm.batch_adjust.multiple  # the batch is brought to a multiple of it (batch_adjust)
+    if valid(multiple) and multiple is not None:
+        if multiple % (mini * n):
+            problems.add(
+                f"algorithm.batch_adjust.multiple={multiple} samples is not divisible by {mini_key}={mini} x "
+                f"{n_key}={n} = {mini * n} samples per mini-batch; make it a multiple of {mini * n}"
+            )
+    elif train_batch % mini != 0:
         problems.add(
             f"data.train_batch_size={train_batch} x {n_key}={n} = {train_batch * n} samples is not "
             f"divisible by {mini_key}={mini} x {n_key}={n} = {mini * n} samples per mini-batch; "

@@ -21,6 +21,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
+from hybrid.batch_ops import BATCH_ADJUST_MODES
 from hybrid.core_algos import ADV_ESTIMATOR_REGISTRY
 from hybrid.tracking import SUPPORTED_BACKENDS
 from protocol.config_schema import (
@@ -56,6 +57,10 @@ def _adv_estimators() -> tuple[str, ...]:
 
 def _loggers() -> tuple[str, ...]:
     return tuple(SUPPORTED_BACKENDS)
+
+
+def _batch_adjust_modes() -> tuple[str, ...]:
+    return BATCH_ADJUST_MODES
 
 
 # Keys of the `trainer` section that the SFT trainer's (hybrid/config/sft_schema.py) has too,
@@ -157,6 +162,15 @@ class DifficultyMaskConfig:
 
 
 @dataclass(frozen=True)
+class BatchAdjustConfig:
+    """hybrid's (ROLL's agentic adjust_batch, hybrid/batch_ops.py): the scored batch brought to a
+    multiple of `multiple` samples by copying or dropping random samples."""
+
+    multiple: OptionalPositiveInt  # null: off
+    mode: Annotated[str, OneOf(_batch_adjust_modes)]
+
+
+@dataclass(frozen=True)
 class AlgorithmConfig:
     gamma: Annotated[float, Fraction()]
     lam: Annotated[float, Fraction()]
@@ -171,6 +185,7 @@ class AlgorithmConfig:
     rollout_correction: RolloutCorrectionConfig
     mask_truncated_responses: bool  # hybrid's: SkyRL's apply_overlong_filtering, ROLL's max_len_mask
     difficulty_mask: DifficultyMaskConfig
+    batch_adjust: BatchAdjustConfig
     reward_clip: Annotated[float | None, Positive()]  # ROLL's: token-level rewards clamped to [-x, x]
     advantage_clip: Annotated[float | None, Positive()]  # ROLL's: advantages clamped to [-x, x]
     whiten_advantages: bool  # ROLL's: advantages whitened over the batch after the estimator

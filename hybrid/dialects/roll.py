@@ -19,7 +19,8 @@ devices of its own (disjoint: hybrid's engines in their own actors, with the sch
 `async_generation_ratio`: in turn at 0, streamed ahead of training above). The agentic pipeline's multi-turn
 keys (custom_envs, the env managers) are in roll_agentic.py; the converters the rules call
 are in roll_convert.py, the worker sections' rules in roll_workers.py, the rewards section's in
-roll_rewards.py, the rule table in roll_rules.py (top-level keys) and roll_sections.py (the worker sections).
+roll_rewards.py, the step batch (and the agentic pipeline's batch adjustment) in roll_batches.py,
+the rule table in roll_rules.py (top-level keys) and roll_sections.py (the worker sections).
 """
 
 from __future__ import annotations

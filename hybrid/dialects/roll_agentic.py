@@ -43,6 +43,7 @@ from __future__ import annotations
 from typing import Any
 
 from hybrid.dialects.environments import ENV_KWARGS, MULTI_TURN, check_environment
+from hybrid.dialects.roll_batches import _adjust_mode
 from hybrid.dialects.roll_episodes import (
     EPISODE_KEYS,
     GRID_GAMES,
@@ -370,10 +371,12 @@ def _top_level_rules() -> tuple[Rule, ...]:
         ),
         custom("reward_normalization.norm_mean_type", ("algorithm.adv_estimator",), _read_with_estimator, "as method"),
         custom("reward_normalization.norm_std_type", ("algorithm.adv_estimator",), _read_with_estimator, "as method"),
-        ignore(
+        custom(
             "batch_adjust_mode",
-            "ROLL copies or drops samples only when the batch is not a multiple of its optimizer-step batch; "
-            "hybrid refuses such sizes at start (its batch must hold whole mini batches), so nothing is adjusted",
+            ("algorithm.batch_adjust.mode",),
+            _adjust_mode,
+            "copy, delete, auto, random_sample: read with rollout_batch_size",
+            "how ROLL's agentic pipeline brings a batch to a multiple of its workers' batches (roll_batches.py)",
         ),
         ignore("episode_reward_weight", "read only by step-wise estimators (gigpo), which are refused"),
         ignore("step_reward_weight", "read only by step-wise estimators (gigpo), which are refused"),

@@ -214,29 +214,6 @@ def _batches(role: str, mini_key: str, micro_key: str):
     return convert
 
 
-def _warmup(role: str, verl_key: str):
-    def convert(value: Any, ctx: Context) -> dict[str, Any]:
-        train = train_prompts(ctx)
-        epochs = ctx.effective("ppo_epochs", f"{ACTOR}.ppo_epochs")
-        if ctx.has(f"{role}.training_args.per_device_train_batch_size") or ctx.has(
-            f"{role}.training_args.gradient_accumulation_steps"
-        ):
-            mini, _ = _mini_batch(role, ctx)
-        else:
-            mini = hybrid_default(f"{ACTOR}.ppo_mini_batch_size")
-        if train % mini:
-            return {verl_key: value}  # hybrid's own check names the batch sizes that do not divide
-        per = train // mini * epochs
-        if value % per:
-            raise Refusal(
-                f"ROLL counts warm-up in optimizer steps and hybrid steps its schedule once per "
-                f"training step, which here is {per} optimizer steps; use a multiple of {per}"
-            )
-        return {verl_key: value // per}
-
-    return convert
-
-
 def _betas(role: str, verl_key: str):
     def convert(value: Any, ctx: Context) -> dict[str, Any]:
         return {verl_key: [ctx.get(f"{role}.training_args.adam_beta1"), ctx.get(f"{role}.training_args.adam_beta2")]}

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from hybrid.dialects.environments import ENV_KWARGS
-from hybrid.dialects.table import Context, Refusal, custom
+from hybrid.dialects.table import Context, Refusal
 from hybrid.env_seeds import make_spec
 
 ENV_DRIVEN = (
@@ -238,26 +238,7 @@ def _read_with_estimator(value: Any, ctx: Context) -> dict[str, Any]:
     return agentic_advantage(ctx) if ctx.has("adv_estimator") else {}
 
 
-BATCH_RULES = (
-    custom(
-        "rollout_batch_size",
-        ("data.train_batch_size",),
-        _train_batch,
-        "prompts per step; agentic (env managers given): trajectories / train_env_manager.group_size",
-        "ROLL's agentic pipeline counts the batch in trajectories, hybrid in prompts (seed rows)",
-    ),
-    custom(
-        "val_batch_size",
-        ("data.val_batch_size",),
-        _val_batch,
-        "same value; agentic: trajectories / val_env_manager.group_size",
-        "the validation set of an agentic run is this many seed rows, the same boards at every validation",
-    ),
-)
-
-
 __all__ = [
-    "BATCH_RULES",
     "ENV_DRIVEN",
     "EPISODE_KEYS",
     "GRID_GAMES",

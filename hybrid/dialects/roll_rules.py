@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from hybrid.dialects.asynchronous import SCHEDULE_KEYS
+from hybrid.dialects.roll_batches import BATCH_RULES
 from hybrid.dialects.roll_convert import (
     ACTOR,
     ARR,
@@ -39,7 +40,6 @@ from hybrid.dialects.roll_convert import (
     _val_lengths,
     _value_clip,
 )
-from hybrid.dialects.roll_episodes import BATCH_RULES
 from hybrid.dialects.roll_sections import SECTION_RULES
 from hybrid.dialects.roll_workers import system_envs_rule
 from hybrid.dialects.table import (

@@ -8,7 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from hybrid.dialects.asynchronous import ENGINE_KEYS, SCHEDULE_KEYS
-from hybrid.dialects.roll_convert import ACTOR, ARR, REF, ROLLOUT, _batches, _betas, _device_mapping, _warmup
+from hybrid.dialects.roll_batches import _warmup
+from hybrid.dialects.roll_convert import ACTOR, ARR, REF, ROLLOUT, _batches, _betas, _device_mapping
 from hybrid.dialects.table import (
     Context,
     Refusal,

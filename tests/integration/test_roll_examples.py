@@ -104,7 +104,8 @@ AGENTIC_EXAMPLE = "examples/qwen3-30BA3B-agentic_fsdp2/agentic_val_sokoban_30a3.
 def agentic_run(tiny_model_dir, tmp_path_factory):
     """ROLL's agentic Sokoban example (and examples/config/traj_envs.yaml, which its defaults pull
     in), with its ROLL overrides for model and sizes: 2 environment groups of 2 episodes (validation:
-    one of each of its four tags), 2 actions of at most 8 tokens each."""
+    one of each of its four tags), 2 actions of at most 8 tokens each, an optimizer step of twice the
+    batch (so every step adds copies of its episodes, as ROLL's adjust_batch)."""
     root = tmp_path_factory.mktemp("roll_agentic")
     assert "examples/config/traj_envs.yaml" in kept_example(AGENTIC_EXAMPLE)["defaults_files"]
     path = write_example(root, AGENTIC_EXAMPLE)
@@ -112,7 +113,7 @@ def agentic_run(tiny_model_dir, tmp_path_factory):
         f"pretrain={tiny_model_dir}",
         f"reward_pretrain={tiny_model_dir}",
         *ONE_DEVICE,
-        "actor_train.training_args.gradient_accumulation_steps=4",
+        "actor_train.training_args.gradient_accumulation_steps=8",  # 8 samples a step: ROLL copies 4 of the 4
         "max_steps=2",
         "rollout_batch_size=4",
         "train_env_manager.num_env_groups=2",
@@ -160,6 +161,8 @@ def test_roll_agentic_example_trains_two_steps_on_sokoban_episodes(agentic_run, 
     for step in steps:
         # 4 episodes (2 seed rows x group_size 2) of 2 model turns each, ended by the environment
         assert step["multi_turn/turns/mean"] == 2.0 and step["multi_turn/finish_reason/done"] == 1.0
+        # an optimizer step of 8 samples (1 x 8 accumulation x 1 rank): ROLL's adjust_batch copies the 4 episodes
+        assert step["batch_adjust/added"] == 4.0 and step["batch_adjust/removed"] == 0.0
         assert step["multi_turn/env/actions"] == 2.0 and step["multi_turn/observation_tokens/mean"] > 0
         # A random model writes no <answer>: each turn is SimpleSokoban's no-op step (-0.1) plus its
         # format_penalty (-0.15), so every episode scores 2 x -0.25, and that reaches the batch.
