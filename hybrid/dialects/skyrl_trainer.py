@@ -5,6 +5,7 @@ checkpoints, logging) as rules of the SkyRL dialect (skyrl.py), which appends th
 
 from __future__ import annotations
 
+from hybrid.dialects.skyrl_batches import _policy_mini_batch
 from hybrid.dialects.skyrl_convert import (
     ACTOR,
     ARR,
@@ -301,7 +302,14 @@ TRAINER_RULES = (
     ),
     # ---- batches and schedule
     same("trainer.train_batch_size", "data.train_batch_size", note="prompts per step"),
-    same("trainer.policy_mini_batch_size", f"{ACTOR}.ppo_mini_batch_size", note="prompts per optimizer step, in both"),
+    custom(
+        "trainer.policy_mini_batch_size",
+        (f"{ACTOR}.ppo_mini_batch_size",),
+        _policy_mini_batch,
+        "same value; x n_samples_per_prompt must split evenly over the ranks",
+        "prompts per optimizer step, in both; SkyRL pads a mini batch that does not split with dummy rows "
+        "(loss mask 0), hybrid refuses it (skyrl_batches.py)",
+    ),
     same("trainer.critic_mini_batch_size", "critic.ppo_mini_batch_size"),
     same(
         "trainer.micro_train_batch_size_per_gpu",

@@ -373,6 +373,23 @@ def test_skyrl_refusals_are_all_listed_at_once_by_name_with_the_reason():
         ),
         ("generator.vision_language_generator=true", "text only"),
         ("trainer.policy.language_model_only=true", "vision encoder"),
+        # SkyRL's own batch check (validate_batch_sizes, floor division per GPU) refuses it too ...
+        (
+            "trainer.placement.policy_num_gpus_per_node=4 trainer.train_batch_size=16 trainer.policy_mini_batch_size=4 "
+            "generator.n_samples_per_prompt=5 trainer.micro_train_batch_size_per_gpu=8",
+            "trainer.policy_mini_batch_size=4: SkyRL's own check (validate_batch_sizes) refuses these sizes too: "
+            "policy_mini_batch_size 4 x n_samples_per_prompt 5 = 20 samples over 4 data-parallel ranks is 5 per GPU "
+            "(rounded down), which must be a positive multiple of micro_train_batch_size_per_gpu 8",
+        ),
+        # ... or SkyRL accepts it and pads each mini batch with dummy rows, which hybrid does not.
+        (
+            "trainer.placement.policy_num_gpus_per_node=8 trainer.train_batch_size=16 trainer.policy_mini_batch_size=4 "
+            "generator.n_samples_per_prompt=5 trainer.micro_train_batch_size_per_gpu=2",
+            "20 samples over 8 data-parallel ranks do not split evenly: SkyRL pads each mini batch with 4 dummy rows "
+            "(loss mask 0) before splitting it (MeshDispatch.stage_chunks), hybrid splits it over the ranks without "
+            "dummy rows; give a policy_mini_batch_size with policy_mini_batch_size x n_samples_per_prompt a multiple "
+            "of 8",
+        ),
         (
             "trainer.placement.policy_num_nodes=2 trainer.placement.policy_num_gpus_per_node=8 "
             "trainer.policy.fsdp_config.fsdp_size=8 trainer.ref.fsdp_config.fsdp_size=-1",
