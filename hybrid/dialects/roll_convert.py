@@ -487,8 +487,10 @@ def _interleave(value: Any, ctx: Context) -> dict[str, Any]:
     if len(domains) <= 1:
         return {}  # one domain: all prompts come from it, as from hybrid's single data set
     raise Refusal(
-        f"{INTERLEAVE} mixes {len(domains)} domains by probability; hybrid reads all training files as one data "
-        "set (no per-domain mixing): give one domain, or merge the files in the proportions wanted",
+        f"{INTERLEAVE} gives {len(domains)} domains: ROLL's RLVR pipeline splits every batch into fixed per-domain "
+        "quotas (int(probability x rollout_batch_size) prompts, the last domain the rest), each drawn from its own "
+        "domain's rows (a row's tag picks the domain through rewards.<domain>.tag_included); hybrid draws each batch "
+        "from all training files as one data set (no per-domain quotas): give one domain",
         shared=True,
     )
 

@@ -11,15 +11,26 @@ from hybrid.dialects.table import Context, Refusal, Rule, custom, ignore, refuse
 
 RULE_REWARD_WORKERS = ("MathRuleRewardWorker",)
 REWARD_WORKER_REFUSALS = {
-    "CodeSandboxRewardWorker": "runs code in a sandbox: hybrid has none; write a custom_reward_function",
+    "CodeSandboxRewardWorker": (
+        "runs each response's code against its row's test cases in a sandbox service (code_url) or in local "
+        "processes (use_local): hybrid has no code sandbox; write a custom_reward_function"
+    ),
     "LLMJudgeRewardWorker": (
         "ROLL's judge scores 1 when 'yes' appears anywhere in its lower-cased verdict (else 0), with a prompt "
         "from ROLL's prompt_maps, on its domain's rows only; hybrid's judge (reward_model.judge.*, "
         "docs/reward_loop.md) reads a verdict pattern on every row: set it up in verl keys"
     ),
-    "GeneralRuleRewardWorker": "no hybrid scorer for this rule; write a custom_reward_function",
-    "IfEvalRuleRewardWorker": "instruction-following checks: no hybrid scorer; write a custom_reward_function",
-    "CrossThinkQARuleRewardWorker": "no hybrid scorer for this rule; write a custom_reward_function",
+    "GeneralRuleRewardWorker": (
+        "ROLL's IFEval checks (ifeval_rule_reward_worker.py: about 25 instruction verifiers, some on nltk, each "
+        "row's constraints from its ground truth, plus a repetition penalty): no hybrid scorer does these; write a "
+        "custom_reward_function"
+    ),
+    "IfEvalRuleRewardWorker": "ROLL's IFEval checks: no hybrid scorer does these; write a custom_reward_function",
+    "CrossThinkQARuleRewardWorker": (
+        "ROLL's multiple-choice rule (the last \\boxed{} answer, else the text after the last 'answer is'; its "
+        "first capital letter against the ground truth's; reward_type loose/soft/strict, plus a 3-gram repetition "
+        "penalty): no hybrid scorer does this; write a custom_reward_function"
+    ),
 }
 
 

@@ -8,6 +8,8 @@ that matches a key decides, and docs/config_dialects.md lists the rules as they 
 
 from __future__ import annotations
 
+from typing import Any
+
 from hybrid.dialects.roll_agentic import AGENTIC_RULES, _max_new_tokens
 from hybrid.dialects.roll_convert import (
     ACTOR,
@@ -31,7 +33,16 @@ from hybrid.dialects.roll_workers import (
     _worker_rules,
     strategy_config_rule,
 )
-from hybrid.dialects.table import Rule, choice, custom, ignore, refuse, same, via
+from hybrid.dialects.table import Context, Refusal, Rule, choice, custom, ignore, refuse, same, show, via
+
+
+def _infer_lora(value: Any, ctx: Context) -> dict[str, Any]:
+    train = ctx.key.replace("actor_infer.", "actor_train.", 1)
+    if value is None or (ctx.has(train) and ctx.get(train) == value):
+        return {}
+    given = show(ctx.get(train)) if ctx.has(train) else "not given"
+    raise Refusal(f"must equal {train} ({given}): the engine serves the adapter actor_train trains")
+
 
 SECTION_RULES: tuple[Rule, ...] = (
     # ---- models
@@ -82,6 +93,17 @@ SECTION_RULES: tuple[Rule, ...] = (
         accept=(None,),
     ),
     refuse("actor_train.model_args.lora_dropout", "hybrid's LoRA has no dropout key", accept=(None, 0, 0.0)),
+    *(
+        custom(
+            f"actor_infer.model_args.{name}",
+            (),
+            _infer_lora,
+            "must equal actor_train's",
+            "ROLL's vLLM engine serves actor_train's adapter (enable_lora with this rank and targets); hybrid's "
+            "engine samples from the trained adapter too, merged into its weights at every sync (workers/lora.py)",
+        )
+        for name in ("lora_rank", "lora_alpha", "lora_target")
+    ),
     refuse(
         "actor_train.pg_variant",
         "ROLL's policy-gradient variants other than ppo have no mapping; hybrid's losses are "

@@ -257,7 +257,7 @@ def test_roll_domain_interleave_probs_is_read_as_one_mapping(tmp_path):
     with pytest.raises(ConfigError) as err:
         translate_argv(["--roll-config", str(path), "+actor_train.data_args.domain_interleave_probs.code_sandbox=0.5"])
     problems = [line for line in str(err.value).splitlines() if line.startswith("  - ")]
-    assert len(problems) == 1 and "mixes 2 domains by probability" in problems[0]
+    assert len(problems) == 1 and "gives 2 domains: ROLL's RLVR pipeline splits every batch into fixed" in problems[0]
 
 
 def test_roll_system_envs_reach_the_driver_and_every_worker(tmp_path):
