@@ -9,6 +9,11 @@ in ALIASES. Values may use OmegaConf interpolation (`${oc.env:HOME}/data`, or an
 key given on the same line). `translate_skyrl` returns the verl overrides or raises
 ConfigError naming every key that has no equivalent, with the reason.
 
+SkyRL picks its trainer by entry module, which no key says; hybrid's own `async_training.*`
+keys (HYBRID_KEYS) may therefore be added to a SkyRL line and pass through unchanged, replacing
+what the SkyRL keys would write there. SkyRL's one-step-off entry module
+(examples/train/async/main_async) is `async_training.max_staleness_steps=1` on the line.
+
 Units match verl's almost everywhere (SkyRL's `policy_mini_batch_size` is in prompts, its
 micro batches in samples per GPU, like verl); the exceptions are transformed here:
 warm-up steps (SkyRL counts optimizer steps, hybrid training steps), the weight-transfer
@@ -358,10 +363,24 @@ DIALECT = Dialect(
         "(actor_rollout_ref.hybrid_engine=false, rollout.n_gpus_per_node). SkyRL picks its trainer by entry "
         "point: hybrid reads trainer.fully_async.* as its fully async trainer (async_training.mode=fully_async), "
         "and otherwise runs SkyRL's synchronous trainer's schedule (one_step_off at lag 0). SkyRL's one-step-off "
-        "example (examples/async) has no key of its own; trainer.fully_async.max_staleness_steps=1 is the "
-        "nearest (SkyRL's docs call it one-step off-policy training with in-flight weight updates).",
+        "trainer (entry module examples.train.async.main_async) has no key of its own: add hybrid's "
+        "async_training.max_staleness_steps=1 to the line (hybrid's async_training.* keys pass through a SkyRL "
+        "line): one_step_off at lag 1, the batch of step s + 1 generated with the weights of step s - 1 while "
+        "step s trains, as SkyRL's. One difference: SkyRL restarts its generation loop at every epoch, so the "
+        "first step of an epoch trains a batch generated with the current weights; hybrid keeps the one-step lag "
+        "across epochs.",
     ),
 )
+
+
+# hybrid keys a SkyRL line may carry (SkyRL has no section of this name): the schedule that a
+# SkyRL entry module chooses, written by the user in hybrid's words.
+HYBRID_KEYS = ("async_training.",)
+
+
+def _hybrid_key(raw: str) -> str | None:
+    key = raw.split("=", 1)[0]
+    return key if key.startswith(HYBRID_KEYS) else None
 
 
 def translate_skyrl(overrides: list[str]) -> list[str]:
@@ -377,6 +396,8 @@ def translate_skyrl(overrides: list[str]) -> list[str]:
     # SkyRL's scripts pass dicts as JSON (engine_init_kwargs='{"key": value}'), which Hydra's
     # grammar does not read; rewritten first, or named in one line.
     overrides, problems = json_values(overrides)
+    hybrid_lines = [raw for raw in overrides if _hybrid_key(raw)]
+    overrides = [raw for raw in overrides if not _hybrid_key(raw)]
     passthrough, given, order = [], {}, []
     for raw in overrides:
         try:
@@ -406,9 +427,18 @@ def translate_skyrl(overrides: list[str]) -> list[str]:
             problems.append(
                 f"{key}={given[key]}: cannot resolve the value ({type(err).__name__}: {err})".replace("\n", " ")
             )
+    if hybrid_lines and resolved.get("trainer.placement.colocate_all", True) is not False:
+        problems.append(
+            f"{hybrid_lines[0]}: hybrid's asynchronous schedules run the engines apart, and SkyRL's asynchronous "
+            "trainers assert so too: add trainer.placement.colocate_all=false"
+        )
     if problems:
         raise ConfigError("\n".join(["the SkyRL command line cannot be read:"] + [f"  - {p}" for p in problems]))
-    return translate(DIALECT, resolved, order) + passthrough
+    translated = translate(DIALECT, resolved, order)
+    if hybrid_lines:  # the user's own schedule wins over what the SkyRL keys would write there
+        mine = {_hybrid_key(raw) for raw in hybrid_lines}
+        translated = [line for line in translated if line.split("=", 1)[0] not in mine] + hybrid_lines
+    return translated + passthrough
 
 
-__all__ = ["ALIASES", "DIALECT", "RULES", "translate_skyrl"]
+__all__ = ["ALIASES", "DIALECT", "HYBRID_KEYS", "RULES", "translate_skyrl"]

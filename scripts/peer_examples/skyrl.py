@@ -84,8 +84,10 @@ ENTRY_MODULES: dict[str, tuple] = {
     ),
     "examples.train.async.main_async": (
         "add",
-        {"trainer.fully_async.max_staleness_steps": 1},
-        "SkyRL's one-step-off trainer: generation of the next batch overlaps training on the previous one",
+        {"async_training.max_staleness_steps": 1},
+        "SkyRL's one-step-off trainer (generation of the next batch overlaps training on the previous one, the "
+        "weights synced after every step): hybrid's one_step_off at lag 1, which a SkyRL line asks for with "
+        "hybrid's own key async_training.max_staleness_steps=1 (hybrid/dialects/skyrl.py)",
     ),
     "examples.train.fully_async.main_fully_async_sim": (
         "refuse",

@@ -521,6 +521,33 @@ def test_skyrl_hybrid_sharding_loads_and_validates_or_names_the_size_that_does_n
     ) in str(info.value)
 
 
+ENGINES_APART = [
+    "trainer.placement.colocate_all=false",
+    "trainer.placement.policy_num_gpus_per_node=1",
+    "generator.inference_engine.num_engines=1",  # 1 + 1 devices: CPU cores on a 2-core machine
+]
+
+
+def test_skyrl_one_step_off_trainer_is_hybrids_one_step_off_at_lag_one():
+    # SkyRL's one-step-off trainer is chosen by its entry module; the line says it in hybrid's key,
+    # which replaces the lag 0 that colocate_all=false alone writes (SkyRL's synchronous trainer).
+    cfg = load_config(translate_argv(["--dialect", "skyrl", *ENGINES_APART, "async_training.max_staleness_steps=1"]))
+    validate_config(cfg)
+    at = cfg.async_training
+    assert (at.mode, at.max_staleness_steps, at.use_rollout_log_probs) == ("one_step_off", 1, False)
+    assert cfg.actor_rollout_ref.hybrid_engine is False and cfg.rollout.n_gpus_per_node == 1
+    synchronous = load_config(translate_argv(["--dialect", "skyrl", *ENGINES_APART]))
+    assert synchronous.async_training.max_staleness_steps == 0
+
+
+def test_skyrl_line_with_hybrids_async_keys_needs_the_engines_apart():
+    message = skyrl_error("async_training.max_staleness_steps=1")
+    assert (
+        "  - async_training.max_staleness_steps=1: hybrid's asynchronous schedules run the engines apart, and "
+        "SkyRL's asynchronous trainers assert so too: add trainer.placement.colocate_all=false"
+    ) in message.splitlines()
+
+
 def test_skyrl_example_script_loads_and_validates(tmp_path):
     args_file = tmp_path / "argv"
     shim = tmp_path / "fake_python"
