@@ -277,8 +277,12 @@ GENERATOR_RULES = (
     ),
     refuse(
         "generator.step_wise_trajectories",
-        "step-wise training (each turn its own sample) has no equivalent; hybrid trains one sample per "
-        "trajectory, observation tokens masked out",
+        "step-wise training (each turn its own sample) has no equivalent: SkyRL re-applies the chat template to the "
+        "whole history before every turn (generation and training see that text, e.g. Qwen3's earlier thinking "
+        "dropped), trains each turn as a sample of its own (prompt: that history; response: the turn and its "
+        "observation, masked) with the last turn's outcome advantage on every turn, and so a batch of a varying "
+        "number of samples per prompt; hybrid continues each trajectory token-in-token-out and trains it as one "
+        "sample, observation tokens masked out, train_batch_size x n samples a step",
         accept=(False,),
     ),
     custom(
