@@ -154,7 +154,21 @@ def _check_profilers(config: HybridConfig, problems: Problems) -> None:
 
 def _check_lengths(config: HybridConfig, problems: Problems) -> None:
     prompt, response = config.data.max_prompt_length, config.data.max_response_length
-    max_model_len = config.actor_rollout_ref.rollout.max_model_len
+    rollout = config.actor_rollout_ref.rollout
+    max_model_len = rollout.max_model_len
+    if rollout.max_model_len_caps_response is True and valid(prompt, max_model_len):
+        # vLLM stops a sequence at max_model_len (ROLL's engine runs so); a prompt must leave room for a token
+        if rollout.name != "vllm":
+            problems.add(
+                f"{ARR}.rollout.max_model_len_caps_response=true needs {ARR}.rollout.name=vllm (the engine that "
+                f"stops a sequence at max_model_len), not {fmt(rollout.name)}"
+            )
+        elif max_model_len is None or prompt >= max_model_len:
+            problems.add(
+                f"{ARR}.rollout.max_model_len_caps_response=true needs {ARR}.rollout.max_model_len above "
+                f"data.max_prompt_length={prompt} (got {fmt(max_model_len)})"
+            )
+        return
     if max_model_len is not None and valid(prompt, response, max_model_len) and prompt + response > max_model_len:
         problems.add(
             f"data.max_prompt_length={prompt} + data.max_response_length={response} = {prompt + response} "

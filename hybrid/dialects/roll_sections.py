@@ -149,7 +149,9 @@ SECTION_RULES: tuple[Rule, ...] = (
         (f"{ROLLOUT}.<key>", f"{ROLLOUT}.engine_kwargs.vllm.<key>"),
         _engine_config,
         "gpu_memory_utilization, max_model_len, tensor_parallel_size, load_format, enforce_eager, "
-        "max_num_batched_tokens, max_num_seqs, enable_chunked_prefill -> rollout keys; sleep_level (1, 2) -> "
+        "max_num_batched_tokens, max_num_seqs, enable_chunked_prefill -> rollout keys (max_model_len also "
+        "max_model_len_caps_response=true: a response stops at max_model_len - its prompt, as in ROLL's vLLM, "
+        "even when prompt_length + response_length exceed it); sleep_level (1, 2) -> "
         "free_cache_engine=true (2 also drops the weights between generations: memory only); VLLM_USE_V1 1 only; "
         "others -> engine_kwargs.vllm",
     ),

@@ -183,6 +183,10 @@ def _engine_config(value: Any, ctx: Context) -> dict[str, Any]:
         if str(value) != "1":
             raise Refusal("hybrid's vLLM engine is V1")
         return {}  # ROLL's own switch (vllm_strategy pops it): V1, the only engine hybrid runs
+    if name == "max_model_len":
+        # ROLL asks for max_new_tokens whatever the prompt; vLLM stops a sequence at max_model_len, so a
+        # response there ends at max_model_len - its prompt (even when prompt + response do not fit)
+        return {_ENGINE_KEYS[name]: value, f"{ROLLOUT}.max_model_len_caps_response": True}
     if name in _ENGINE_KEYS:
         return {_ENGINE_KEYS[name]: value}
     return {f"{ROLLOUT}.engine_kwargs.vllm.{name}": value}

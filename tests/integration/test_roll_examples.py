@@ -90,11 +90,17 @@ def test_roll_rlvr_example_as_written_skips_the_steps_its_masks_empty(rlvr_run, 
 
 
 def test_roll_rlvr_example_trains_two_steps_without_its_masks(rlvr_run, tmp_path):
+    """Also an engine context shorter than prompt + response, as ROLL's ascend qwen3_8b example has:
+    vLLM stops every response at max_model_len - its prompt (the prompts are 45 to 47 tokens)."""
     path, overrides = rlvr_run
-    steps = _train(path, [*overrides, "max_len_mask=false", "difficulty_mask=false"], tmp_path / "run")
+    capped = ["prompt_length=48", "+actor_infer.strategy_args.strategy_config.max_model_len=56"]
+    steps = _train(path, [*overrides, "max_len_mask=false", "difficulty_mask=false", *capped], tmp_path / "run")
     for step in steps:
         assert "mask/final_mask_sum_eq_0" not in step
         assert math.isfinite(step["actor/pg_loss"]) and math.isfinite(step["actor/grad_norm"])
+        # no response ends (a random model), so each is 56 - its prompt long, below response_length=16
+        assert step["response_length/max"] == 56 - step["prompt_length/min"] < 16
+        assert step["response_length/min"] == 56 - step["prompt_length/max"]
 
 
 AGENTIC_EXAMPLE = "examples/qwen3-30BA3B-agentic_fsdp2/agentic_val_sokoban_30a3.yaml"

@@ -16,6 +16,7 @@ from scripts.peer_examples.roll import check, extract
 # has the table). Add to it when more are understood; the aim is 0.9 of those selected.
 UNDERSTOOD_EXAMPLES = {
     "examples/ascend_examples/qwen3_30b_rlvr_fsdp2.yaml",
+    "examples/ascend_examples/qwen3_8b_rlvr_fsdp2.yaml",
     "examples/qwen3-30BA3B-agentic_fsdp2/agentic_val_sokoban_30a3.yaml",
     "examples/qwen3-30BA3B-rlvr_fsdp2/rlvr_config.yaml",
     "examples/qwen3-30BA3B-rlvr_fsdp2/rlvr_config_ep.yaml",

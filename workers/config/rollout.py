@@ -122,6 +122,7 @@ class RolloutConfig(LogProbBatching):
     tensor_model_parallel_size: PositiveInt
     max_num_batched_tokens: PositiveInt
     max_model_len: OptionalPositiveInt
+    max_model_len_caps_response: bool  # ROLL's engine: a response stops at max_model_len - its prompt (vLLM only)
     max_num_seqs: PositiveInt
     enable_chunked_prefill: bool
     seed: int
