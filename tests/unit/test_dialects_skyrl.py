@@ -521,6 +521,13 @@ def test_skyrl_hybrid_sharding_loads_and_validates_or_names_the_size_that_does_n
     ) in str(info.value)
 
 
+def test_skyrl_mini_batch_refusal_speaks_for_skyrl_only_with_the_sizes_skyrl_reads_given():
+    # Without n_samples_per_prompt, train_batch_size and micro_train_batch_size_per_gpu on the line,
+    # SkyRL would use its own defaults: the dialect passes the size on and hybrid's check judges it.
+    line = ("trainer.placement.policy_num_gpus_per_node=8", "trainer.policy_mini_batch_size=4")
+    assert skyrl(*line)[f"{A}.actor.ppo_mini_batch_size"] == 4
+
+
 ENGINES_APART = [
     "trainer.placement.colocate_all=false",
     "trainer.placement.policy_num_gpus_per_node=1",
