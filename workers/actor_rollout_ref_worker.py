@@ -28,6 +28,7 @@ from protocol.dispatch import Dispatch, register
 from workers.actor import DataParallelPPOActor
 from workers.base import Worker
 from workers.checkpoint import FSDPCheckpointer
+from workers.flops import update_mfu
 from workers.fsdp_utils import build_lr_scheduler, build_optimizer, offload_params, on_device
 from workers.lora import is_peft_model, merged_state
 from workers.model_loading import load_hf_model, load_tokenizer, model_path_in_shm
@@ -324,7 +325,9 @@ class ActorRolloutRefWorker(ProfiledWorker, Worker):
         with self._actor_on_device(optimizer=True):
             start = time.perf_counter()
             metrics = self.actor.update_policy(gather_group_rows(data, self.sp), self.config.rollout.temperature)
-            metrics["perf/update_actor_s"] = time.perf_counter() - start
+            seconds = time.perf_counter() - start
+            metrics["perf/update_actor_s"] = seconds
+        metrics.update(update_mfu("actor", self.hf_config, data, seconds, self.config.actor.ppo_epochs))
         return DataProto(meta_info={"metrics": metrics})
 
     # ------------------------------------------------------------------ checkpoints

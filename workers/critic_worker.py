@@ -7,6 +7,7 @@ actor's do; the driver's config fills the section's derived `rollout_n` for that
 
 from __future__ import annotations
 
+import time
 import warnings
 
 from protocol.data_proto import DataProto
@@ -15,6 +16,7 @@ from workers.base import Worker
 from workers.checkpoint import FSDPCheckpointer
 from workers.config import CriticConfig
 from workers.critic import DataParallelPPOCritic
+from workers.flops import update_mfu
 from workers.fsdp_utils import build_lr_scheduler, build_optimizer, offload_params, on_device
 from workers.lora import merged_state
 from workers.model_loading import load_hf_model, load_tokenizer
@@ -124,5 +126,8 @@ class CriticWorker(ProfiledWorker, Worker):
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def update_critic(self, data: DataProto) -> DataProto:
         with self._on_device(optimizer=True):
+            start = time.perf_counter()
             metrics = self.critic.update_critic(gather_group_rows(data, self.sp))
+            seconds = time.perf_counter() - start
+        metrics.update(update_mfu("critic", self.hf_config, data, seconds, self.config.ppo_epochs))
         return DataProto(meta_info={"metrics": metrics})

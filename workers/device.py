@@ -52,6 +52,11 @@ def current_device() -> torch.device:
     return torch.device("cpu")
 
 
+def accelerator_name() -> str | None:
+    """The GPU's name ('NVIDIA H200'), or None on the CPU."""
+    return torch.cuda.get_device_name() if is_cuda_available() else None
+
+
 def set_device_for_local_rank(local_rank: int) -> None:
     if is_cuda_available():
         torch.cuda.set_device(local_rank % torch.cuda.device_count())
