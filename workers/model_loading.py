@@ -106,6 +106,28 @@ def load_tokenizer(path: str, trust_remote_code: bool):
     return tokenizer
 
 
+@torch.no_grad()
+def init_missing_weights(module: torch.nn.Module, missing_keys, hf_config, seed: int) -> None:
+    """Initialise the weights the checkpoint lacks (the critic's value head) from a generator of
+    their own seeded with `seed` on the host, so every rank and device starts from the same head
+    whatever the global generator met before (transformers draws from the global one; today,
+    right after a manual_seed, its draws are these same ones). Weights ~ N(0, initializer_range),
+    as transformers initialises linear layers; biases zero. A missing name tied to a loaded
+    weight (an output layer tied to the embedding) is left alone."""
+    generator = torch.Generator().manual_seed(seed)
+    std = float(getattr(hf_config, "initializer_range", 0.02))
+    params = dict(module.named_parameters(remove_duplicate=False))
+    loaded = {params[name].data_ptr() for name in params if name not in set(missing_keys)}
+    for name in sorted(missing_keys):
+        param = params.get(name)
+        if param is None or param.data_ptr() in loaded:
+            continue
+        if name.endswith("bias"):
+            param.zero_()
+        else:
+            param.copy_(torch.empty(param.shape, dtype=torch.float32).normal_(0.0, std, generator=generator))
+
+
 def load_hf_model(
     auto_cls,
     path: str,
@@ -139,15 +161,16 @@ def load_hf_model(
     hf_config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
     for key, value in {**dict(override_config or {}), **hf_config_overrides}.items():
         setattr(hf_config, key, value)
-    torch.manual_seed(seed)  # freshly initialised heads (the critic's) must agree across ranks
     with _no_progress_bar():
-        module = auto_cls.from_pretrained(
+        module, loading = auto_cls.from_pretrained(
             path,
             config=hf_config,
             dtype=torch.float32,
             attn_implementation=register_packed_attention(),
             trust_remote_code=trust_remote_code,
+            output_loading_info=True,
         )
+    init_missing_weights(module, loading["missing_keys"], hf_config, seed)
     if use_liger:
         require_cuda("actor_rollout_ref.model.use_liger")
         from liger_kernel.transformers import _apply_liger_kernel_to_instance
