@@ -1,0 +1,355 @@
+"""The CUDA paths checked on a lent GPU machine, in one short command, with a table of results.
+
+    python -m scripts.gpu_check --assets DIR --out DIR [--only NAME,...] [--json PATH]
+
+Such a machine has torch, transformers, peft and triton but no Ray and no vLLM, so every run
+here is `python -m hybrid.main_ppo` with one in-process rank (the local worker group) and
+the Hugging Face rollout engine. `--assets` holds the SmolLM2 tokenizer files and the
+SmolLM2-135M config (and, optionally, `gguf/SmolLM2-135M-Instruct.Q4_1.gguf` for the real weights, in a
+folder of its own: transformers reads tokenizer files beside it);
+models are built there from configs:
+
+- `tiny`: the tests' 2-layer, hidden-64 model, random, fp32;
+- `smol135`: the SmolLM2-135M architecture (the real weights when the GGUF file is there);
+- `smol1b7`: the SmolLM2-1.7B architecture (hidden 2048, 24 layers), random, for MFU.
+
+Runs (each a subprocess; its metrics.jsonl is read back):
+
+- `tiny_cuda` / `tiny_cpu`: GAE with a critic, greedy rollouts, fp32, 2 steps, once on the GPU
+  and once with trainer.device=cpu: the same config end to end on both devices (NCCL vs gloo,
+  the in-process worker group). Their numbers are not expected to agree: greedy decoding on a
+  random model's nearly flat logits picks other tokens on either device's rounding.
+- `smol135_bf16`: GRPO in bf16 (mixed precision, bf16 engine), 3 steps: step time, MFU, memory.
+- `smol135_offload`: the same with parameter and optimizer offload: the first step's metrics
+  must equal `smol135_bf16`'s, and the memory held between phases falls.
+- `smol135_liger`: the same with liger-kernel: losses close to `smol135_bf16`'s (other kernels).
+- `smol135_offload_policy`, `smol135_checkpointing`: FSDP2's CPUOffloadPolicy; gradient checkpointing.
+- `smol1b7_bf16`: the larger architecture, for MFU.
+- `sft135`: the SFT trainer on the 135M architecture, 4 steps.
+
+`--default-job` runs only `make run`'s job with the real weights. How it ran on a lent H200
+(docs/gpus_and_nodes.md has the results): the missing packages travel as wheels (`.whl`:
+hydra-core, omegaconf, antlr4-python3-runtime, tensordict, pyvers, codetiming, liger-kernel,
+gguf, dill), installed with `pip install --no-index --no-deps --target /tmp/site` and put on
+PYTHONPATH; the source as a `git archive` copy, so that uncommitted work in the tree stays
+behind; the 98 MB GGUF file over the 64 MiB a call carries in two halves, the first kept in
+/root between two calls on the same warm machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+SMOL_1B7 = dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=24, num_attention_heads=32)
+GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# Step metrics compared between runs: the device check (fp32) and the offload check (bf16).
+COMPARED = (
+    "actor/pg_loss",
+    "actor/grad_norm",
+    "actor/entropy",
+    "critic/vf_loss",
+    "critic/grad_norm",
+    "response_length/mean",
+)
+
+
+def build_models(assets: Path, work: Path, wanted: set[str]) -> dict[str, str]:
+    """The model folders the wanted runs need (all when `wanted` is empty)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(assets)
+    models = {}
+    base = AutoConfig.from_pretrained(assets)
+    shapes = {
+        "tiny": dict(
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=32,
+        ),
+        "smol1b7": dict(SMOL_1B7, num_key_value_heads=32, head_dim=64),
+    }
+    for name, shape in shapes.items():
+        if wanted and not any(run.startswith(name) for run in wanted):
+            models[name] = "not built"
+            continue
+        config = AutoConfig.from_pretrained(assets, **shape, torch_dtype="float32")
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(config)
+        out = work / name
+        model.save_pretrained(out, safe_serialization=True)
+        tokenizer.save_pretrained(out)
+        models[name] = str(out)
+    gguf = assets / "gguf" / GGUF
+    if gguf.is_file():
+        from hybrid.defaults import convert_gguf_model
+
+        models["smol135"] = str(convert_gguf_model(gguf, work / "smol135"))
+        models["smol135_weights"] = "real (converted from the GGUF)"
+    else:
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(base)
+        model.save_pretrained(work / "smol135", safe_serialization=True)
+        tokenizer.save_pretrained(work / "smol135")
+        models["smol135"] = str(work / "smol135")
+        models["smol135_weights"] = "random"
+    return models
+
+
+def data_files(work: Path) -> dict[str, str]:
+    from hybrid.arithmetic_task import write_arithmetic_parquet
+
+    paths = write_arithmetic_parquet(work / "data", n_train=512, n_val=64, seed=3)
+    return {k: str(v) for k, v in paths.items()}
+
+
+def ppo_args(
+    model: str, files: dict, batch: int, n: int, response: int, steps: int, micro: int | None = None
+) -> list[str]:
+    return [
+        f"actor_rollout_ref.model.path={model}",
+        f"data.train_files={files['train']}",
+        f"data.val_files={files['val']}",
+        f"data.train_batch_size={batch}",
+        "data.max_prompt_length=64",
+        f"data.max_response_length={response}",
+        "actor_rollout_ref.rollout.name=hf",
+        f"actor_rollout_ref.rollout.n={n}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={batch}",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro or batch * n}",
+        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={batch * n}",
+        f"trainer.total_training_steps={steps}",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=false",
+        "trainer.save_freq=-1",
+        "trainer.merge_on_finish=false",
+        "trainer.plot_on_finish=false",
+        "trainer.logger=[file]",
+    ]
+
+
+def runs(models: dict, files: dict, work: Path) -> dict[str, tuple[list[str], dict]]:
+    tiny = ppo_args(models["tiny"], files, batch=4, n=2, response=16, steps=2) + [
+        "algorithm.adv_estimator=gae",
+        "actor_rollout_ref.rollout.do_sample=false",
+        "actor_rollout_ref.rollout.dtype=float32",
+        "actor_rollout_ref.actor.fsdp_config.mixed_precision=fp32",
+        "critic.model.fsdp_config.mixed_precision=fp32",
+        "critic.ppo_micro_batch_size_per_gpu=8",
+        "actor_rollout_ref.actor.optim.lr=1e-3",
+        "critic.optim.lr=1e-3",
+    ]
+    smol = ppo_args(models["smol135"], files, batch=32, n=4, response=128, steps=3)
+    big = ppo_args(models["smol1b7"], files, batch=32, n=4, response=256, steps=2, micro=32)
+    offload = [
+        "actor_rollout_ref.actor.fsdp_config.param_offload=true",
+        "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true",
+    ]
+    return {
+        "tiny_cuda": (tiny, {}),
+        "tiny_cpu": (tiny + ["trainer.device=cpu"], {}),
+        "smol135_bf16": (smol, {}),
+        "smol135_offload": (smol + offload, {}),
+        "smol135_liger": (smol + ["actor_rollout_ref.model.use_liger=true"], {}),
+        "smol135_offload_policy": (smol + ["actor_rollout_ref.actor.fsdp_config.offload_policy=true"], {}),
+        "smol135_checkpointing": (smol + ["actor_rollout_ref.model.enable_gradient_checkpointing=true"], {}),
+        "smol1b7_bf16": (big, {}),
+    }
+
+
+def read_metrics(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    steps: dict[int, dict] = {}
+    for line in path.read_text().splitlines():
+        row = json.loads(line)
+        steps.setdefault(int(row.get("step", 0)), {}).update(row.get("data", row))
+    return [steps[k] for k in sorted(steps)]
+
+
+def run_one(name: str, args: list[str], work: Path, out: Path, timeout: float, module: str = "hybrid.main_ppo") -> dict:
+    """`python -m module args` in a run folder of its own; its exit status, seconds, step
+    metrics, and the end of its log when it failed."""
+    run_dir = work / "runs" / name
+    shutil.rmtree(run_dir, ignore_errors=True)
+    args = [*args, f"trainer.default_local_dir={run_dir}"]
+    log = out / f"{name}.log"
+    start = time.perf_counter()
+    with open(log, "w") as handle:
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-m", module, *args], stdout=handle, stderr=subprocess.STDOUT, timeout=timeout
+            )
+            code = proc.returncode
+        except subprocess.TimeoutExpired:
+            code = "timeout"
+    seconds = time.perf_counter() - start
+    metrics = read_metrics(run_dir / "metrics.jsonl")
+    tail = log.read_text().splitlines()[-6:] if code != 0 else []
+    return {"name": name, "rc": code, "seconds": round(seconds, 1), "steps": metrics, "log_tail": tail}
+
+
+def relative_gap(a: dict, b: dict) -> dict[str, float]:
+    gaps = {}
+    for key in COMPARED:
+        if key in a and key in b:
+            x, y = float(a[key]), float(b[key])
+            # Relative, except near zero (a GRPO loss of 1e-8 is zero in all but rounding).
+            gaps[key] = abs(x - y) / max(abs(x), abs(y), 1e-3)
+    return gaps
+
+
+def summary(results: dict) -> list[tuple[str, str]]:
+    rows = []
+    for name, result in results.items():
+        steps = result["steps"]
+        last = steps[-1] if steps else {}
+        parts = [f"rc={result['rc']}", f"{result['seconds']} s", f"{len(steps)} steps"]
+        for key in (
+            "perf/time_per_step",
+            "timing_s/gen",
+            "timing_s/update_actor",
+            "perf/mfu/actor",
+            "perf/max_memory_allocated_gb",
+            "perf/max_memory_reserved_gb",
+        ):
+            if key in last:
+                parts.append(f"{key.split('/')[-1]}={float(last[key]):.4g}")
+        rows.append((name, " ".join(parts)))
+    variants = ("smol135_offload", "smol135_liger", "smol135_offload_policy", "smol135_checkpointing")
+    pairs = [("tiny_cuda", "tiny_cpu")] + [("smol135_bf16", name) for name in variants]
+    for a, b in pairs:
+        if results.get(a, {}).get("steps") and results.get(b, {}).get("steps"):
+            gaps = [relative_gap(x, y) for x, y in zip(results[a]["steps"], results[b]["steps"])]
+            worst = {k: max(g.get(k, 0.0) for g in gaps) for k in gaps[0]}
+            rows.append((f"{a} vs {b}", " ".join(f"{k}={v:.2e}" for k, v in worst.items())))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--assets", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--work", type=Path, default=Path("/tmp/gpu_check"))
+    parser.add_argument("--only", default="")
+    parser.add_argument("--timeout", type=float, default=150.0)
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--default-job", action="store_true", help="only the default job (the GGUF in --assets)")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    args.work.mkdir(parents=True, exist_ok=True)
+    if args.default_job:
+        report = run_default_job(args.assets, args.work, args.out, args.timeout)
+        if args.json:
+            args.json.write_text(json.dumps(report, indent=1, default=str))
+        for step in report["steps"]:
+            vals = {k: round(float(v), 3) for k, v in step.items() if k.startswith("val-core/")}
+            if vals:
+                print(step["step"], vals)
+        print("default job:", report["rc"], report["seconds"], "s", report["log_tail"])
+        return
+
+    import torch
+
+    from workers import device
+
+    env = {
+        "torch": torch.__version__,
+        "device": device.get_device_name(),
+        "backend": device.get_dist_backend(),
+        "accelerator": device.accelerator_name(),
+        "bf16": device.supports_bf16(),
+        "auto_dtype": device.resolve_dtype_name("auto"),
+    }
+    if device.is_cuda_available():
+        env["matmul_bf16_tflops"] = round(measure_matmul_tflops(), 1)
+    print(json.dumps(env), flush=True)
+
+    wanted = set(filter(None, args.only.split(",")))
+    models = build_models(args.assets, args.work, wanted)
+    files = data_files(args.work)
+    results = {}
+    for name, (run_args, _) in runs(models, files, args.work).items():
+        if wanted and name not in wanted:
+            continue
+        results[name] = run_one(name, run_args, args.work, args.out, args.timeout)
+        print(name, results[name]["rc"], results[name]["seconds"], "s", results[name]["log_tail"], flush=True)
+    if not wanted or "sft135" in wanted:
+        results["sft135"] = run_sft(models["smol135"], args.work, args.out, args.timeout)
+    report = {"env": env, "models": models, "results": results, "summary": summary(results)}
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1, default=str))
+    print()
+    for name, text in report["summary"]:
+        print(f"{name:32} {text}")
+
+
+def run_sft(model: str, work: Path, out: Path, timeout: float) -> dict:
+    from hybrid.sft_data import write_arithmetic_sft_parquet
+
+    paths = write_arithmetic_sft_parquet(work / "sft_data")
+    args = [
+        f"model.partial_pretrain={model}",
+        f"data.train_files={paths['train']}",
+        f"data.val_files={paths['val']}",
+        "data.train_batch_size=32",
+        "data.micro_batch_size_per_gpu=32",
+        "trainer.total_training_steps=4",
+        "trainer.logger=[file]",
+    ]
+    return run_one("sft135", args, work, out, timeout, module="hybrid.sft_trainer")
+
+
+def run_default_job(assets: Path, work: Path, out: Path, timeout: float) -> dict:
+    """`make run`'s job (every default: 30 GRPO steps, validation every 5) with the real
+    SmolLM2-135M-Instruct weights and the Hugging Face engine in place of vLLM."""
+    from hybrid.defaults import convert_gguf_model
+
+    os.environ["HYBRID_CACHE_DIR"] = str(work / "cache")
+    model = convert_gguf_model(assets / "gguf" / GGUF, work / "smol135_real")
+    args = [
+        f"actor_rollout_ref.model.path={model}",
+        "actor_rollout_ref.rollout.name=hf",
+        "trainer.logger=[console,file]",
+        "trainer.merge_on_finish=false",
+        "trainer.plot_on_finish=false",
+    ]
+    return run_one("default_job", args, work, out, timeout)
+
+
+def measure_matmul_tflops(size: int = 8192, repeats: int = 10) -> float:
+    """The bf16 matrix-product rate this GPU reaches (the ceiling the MFU's datasheet peak
+    stands in for), on random data, median of `repeats` after warm-up."""
+    import statistics
+
+    import torch
+
+    a = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
+    for _ in range(3):
+        a @ b
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        a @ b
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) / 1000)
+    return 2 * size**3 / statistics.median(times) / 1e12 if not math.isnan(times[0]) else float("nan")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    main()
