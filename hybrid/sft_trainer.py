@@ -118,6 +118,7 @@ class SFTTrainer:
         self.state = TrainerState(self.loader)
         self.groups = {"actor_rollout": self.worker}
         start = self.checkpoints.resume(self.state, self.groups)
+        self.tracker.continue_from(start)
         mark_training_started()
         with StopSignals(defer=True, save_freq=cfg.save_freq) as self.stop:
             return self._loop(start)

@@ -153,6 +153,20 @@ class _FileBackend:
         self._fh.write(json.dumps(record, allow_nan=False) + "\n")
         self._fh.flush()
 
+    def keep_through(self, step: int) -> int:
+        """Drop the lines a run before this one wrote after `step` (all of them for a run that
+        starts at step 0), so that a run resumed from an older checkpoint records each step once.
+        The file is rewritten under a temporary name and renamed; returns the lines dropped."""
+        self._fh.close()
+        lines = self.path.read_text(encoding="utf-8").splitlines(keepends=True)
+        kept = [line for line in lines if step > 0 and json.loads(line)["step"] <= step]
+        if len(kept) < len(lines):
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            tmp.write_text("".join(kept), encoding="utf-8")
+            os.replace(tmp, self.path)
+        self._fh = open(self.path, "a", encoding="utf-8")
+        return len(lines) - len(kept)
+
     def finish(self) -> None:
         if not self._fh.closed:
             self._fh.close()
@@ -307,6 +321,17 @@ class Tracking:
             # Close what was opened before the failing backend (open files, writers, runs).
             self.finish()
             raise
+
+    def continue_from(self, step: int) -> None:
+        """The run goes on from `step` (0: a fresh start): metrics.jsonl forgets what an earlier
+        run in the same folder logged past it (the other backends keep their own history)."""
+        backend = self.loggers.get("file")
+        if backend is None:
+            return
+        dropped = backend.keep_through(step)
+        if dropped:
+            where = f"after step {step}" if step else "by an earlier run in this folder"
+            print(f"hybrid: {backend.path}: dropped {dropped} line(s) logged {where}", flush=True)
 
     def _make(self, name: str, project_name: str, experiment_name: str, config: Any):
         if name == "console":

@@ -298,6 +298,7 @@ class PPOTrainer:
             local_dir=cfg.trainer.default_local_dir,
         )
         self.checkpoints.resume(self.state, self.groups)  # trainer.resume_mode: step and data position
+        self.tracker.continue_from(self.state.global_step)
         mark_training_started()  # failures from here on exit with status 1 (hybrid/errors.py)
         self.update_rollout_weights({})  # the engine starts with placeholder weights
         if self.state.global_step >= self.total_training_steps:

@@ -45,6 +45,26 @@ def test_file_backend_appends_for_resumed_runs(tmp_path):
     assert [r["step"] for r in read_jsonl(tmp_path / "metrics.jsonl")] == [1, 2]
 
 
+def test_continue_from_forgets_steps_past_the_resumed_one(tmp_path, capsys):
+    first = Tracking("p", "e", default_backend="file", local_dir=tmp_path)
+    first.log({"val": 0.5}, step=0)
+    for step in (1, 2, 3):
+        first.log({"x": float(step)}, step=step)
+    first.finish()
+    resumed = Tracking("p", "e", default_backend=["console", "file"], local_dir=tmp_path)
+    resumed.continue_from(1)  # the checkpoint of step 1: the earlier run's steps 2 and 3 are gone
+    resumed.log({"x": 20.0}, step=2)
+    resumed.finish()
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert rows == [{"step": 0, "val": 0.5}, {"step": 1, "x": 1.0}, {"step": 2, "x": 20.0}]
+    assert f"hybrid: {tmp_path / 'metrics.jsonl'}: dropped 2 line(s) logged after step 1" in capsys.readouterr().out
+    fresh = Tracking("p", "e", default_backend="file", local_dir=tmp_path)
+    fresh.continue_from(0)  # a run from step 0 in the same folder starts a new record
+    fresh.finish()
+    assert (tmp_path / "metrics.jsonl").read_text() == ""
+    assert "dropped 3 line(s) logged by an earlier run in this folder" in capsys.readouterr().out
+
+
 def test_non_numbers_are_dropped_with_one_warning_per_key(tmp_path):
     tracker = Tracking("p", "e", default_backend=["file"], local_dir=tmp_path)
     with pytest.warns(UserWarning, match="text"):
