@@ -143,7 +143,8 @@ class _FileBackend:
     def __init__(self, local_dir: str | os.PathLike):
         self.path = Path(local_dir) / "metrics.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        # Append: a resumed run continues the same file; plot_metrics merges repeated steps.
+        # Append: a resumed run continues the same file (continue_from first drops what an earlier run
+        # logged past the resumed step); a step can span two lines (training, then validation).
         self._fh = open(self.path, "a", encoding="utf-8")
 
     def log(self, data: dict[str, float], step: int) -> None:
