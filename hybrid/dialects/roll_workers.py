@@ -9,7 +9,7 @@ from typing import Any
 
 from hybrid.dialects.asynchronous import ENGINE_KEYS, SCHEDULE_KEYS
 from hybrid.dialects.roll_batches import _warmup
-from hybrid.dialects.roll_convert import ACTOR, ARR, REF, ROLLOUT, _batches, _betas, _device_mapping
+from hybrid.dialects.roll_convert import ACTOR, ARR, REF, ROLLOUT, _batches, _betas, _device_mapping, parse_devices
 from hybrid.dialects.table import (
     Context,
     Refusal,
@@ -46,8 +46,6 @@ _DTYPES = {"bf16": "bf16", "bfloat16": "bf16", "fp32": "fp32", "float32": "fp32"
 # roll/utils/fsdp_utils.py apply_fsdp2).
 _LAYOUT = "changes how the same computation is laid out over the devices, not what is computed"
 _FSDP2_MACHINERY = {
-    "fsdp_size": "hybrid shards every decoder layer over all the role's ranks; ROLL's fsdp_size only sets how "
-    "many ranks share one copy of the weights (hybrid sharding), not what is computed",
     "reduce_dtype": "hybrid reduces gradients in fp32, at least as exact as ROLL's bf16 reduction (a speed setting)",
     "use_batched_model_update": "hybrid's weight sync gathers in buckets of rollout.update_weights_bucket_megabytes",
     "reduce_scatter_during_grad_accumulation": "a communication schedule: the gradients are the same",
@@ -72,6 +70,23 @@ _FSDP2_FIXED = {
         "actor_rollout_ref.actor.checkpoint.save_contents in verl keys",
     ),
 }
+
+
+def _shard_group(value: Any, ctx: Context) -> int:
+    """ROLL's fsdp_size as the layout its FSDP2 strategy builds (create_device_mesh_with_ep): at most
+    1 or at least the training devices shard over all of them (-1 in verl keys), a size between
+    shards within groups of that many ranks replicated across the groups (hybrid sharding)."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise Refusal("an integer number of ranks per shard group")
+    devices = len(parse_devices(ctx.get("actor_train.device_mapping"))) if ctx.has("actor_train.device_mapping") else 0
+    if value <= 1 or not devices or value >= devices:
+        return -1
+    if devices % value:
+        raise Refusal(
+            f"does not divide actor_train's {devices} devices into shard groups (ROLL's device mesh "
+            f"world_size // fsdp_size x fsdp_size could not be built either)"
+        )
+    return value
 
 
 def _strategy_config(role: str):
@@ -102,6 +117,18 @@ def _strategy_config(role: str):
             return {} if value is None else {f"{prefix}.reshard_after_forward": bool(value)}
         if name == "offload_policy":
             return {f"{prefix}.{offload}": bool(value)}
+        if name == "fsdp_size":
+            group = _shard_group(value, ctx)
+            if role != "reference":
+                return {f"{prefix}.fsdp_size": group}
+            actor_key = "actor_train.strategy_args.strategy_config.fsdp_size"
+            actor = ctx.get(actor_key, 1)
+            if group != _shard_group(actor, ctx):
+                raise Refusal(
+                    f"hybrid's reference runs in actor_train's workers, sharded over its shard groups "
+                    f"({actor_key}={actor}); give the reference the same layout"
+                )
+            return {}
         if name in _FSDP2_MACHINERY:
             if name == "reduce_dtype" and str(value) not in _DTYPES:
                 raise Refusal("supported: float32, bf16 (hybrid reduces in fp32)")
@@ -122,15 +149,22 @@ def _strategy_config(role: str):
 
 def strategy_config_rule(role: str) -> Rule:
     prefix, offload = _FSDP[role]
+    sizes = () if role == "reference" else (f"{prefix}.fsdp_size",)
+    shard = (
+        "fsdp_size: accepted when it gives actor_train's layout (the reference runs in its workers)"
+        if role == "reference"
+        else "fsdp_size -> fsdp_size (at most 1 or at least actor_train's devices: -1, full sharding; a size "
+        "between that divides them: shard groups of that many ranks, replicated: hybrid sharding, as ROLL's mesh)"
+    )
     return custom(
         f"{role}.strategy_args.strategy_config.*",
-        (f"{prefix}.mixed_precision", f"{prefix}.reshard_after_forward", f"{prefix}.{offload}"),
+        (f"{prefix}.mixed_precision", f"{prefix}.reshard_after_forward", f"{prefix}.{offload}", *sizes),
         _strategy_config(role),
         "FSDP2's param_dtype (bf16, fp32) -> mixed_precision, reshard_after_forward -> reshard_after_forward, "
-        f"offload_policy -> {offload}; fsdp_size, reduce_dtype (fp32 or bf16), use_batched_model_update, "
+        f"offload_policy -> {offload}; {shard}; reduce_dtype (fp32 or bf16), use_batched_model_update, "
         "reduce_scatter_during_grad_accumulation, async_save_ckpt, wrap_policy.*, apply_tiled_mlp, apply_expert_patch, "
         "ep_size, efsdp_size, moe_use_grouped_mm: memory, speed or shard layout, no effect on what is computed "
-        "(hybrid wraps every decoder layer, shards it over all ranks and reduces in fp32); save_only_model false only",
+        "(hybrid wraps every decoder layer and reduces in fp32); save_only_model false only",
     )
 
 

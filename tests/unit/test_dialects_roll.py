@@ -65,6 +65,7 @@ def roll_error(tmp_path: Path, text: str, *overrides: str) -> str:
             "max_steps: 7\nsave_steps: 5\neval_steps: 2\n",
             {
                 "trainer.total_training_steps": 7,
+                "trainer.total_epochs": 7,  # ROLL starts the data over until max_steps
                 "trainer.save_freq": 5,
                 "trainer.test_freq": 2,
                 "trainer.val_before_train": True,
@@ -539,3 +540,29 @@ def test_a_step_whose_masks_leave_no_response_trains_nothing():
     metrics = {}
     assert PPOTrainer._skip_if_all_masked(kept, metrics) is False
     assert metrics == {"mask/final_mask_sum_eq_0": 0.0} and "advantages" not in kept.batch.keys()
+
+
+def _fsdp2(role: str, size, devices: str = "list(range(0,8))") -> str:
+    return (
+        f"{role}:\n  device_mapping: {devices}\n  strategy_args:\n    strategy_name: fsdp2_train\n"
+        f"    strategy_config:\n      fsdp_size: {size}\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "size, expected",
+    [(1, -1), (8, -1), (16, -1), (4, 4), (2, 2)],  # ROLL's mesh: <= 1 or >= the devices is global sharding
+)
+def test_roll_fsdp_size_is_the_shard_group(tmp_path, size, expected):
+    out = roll(tmp_path, _fsdp2("actor_train", size))
+    assert out[f"{A}.actor.fsdp_config.fsdp_size"] == expected
+
+
+def test_roll_fsdp_size_refusals(tmp_path):
+    assert "does not divide actor_train's 8 devices into shard groups" in roll_error(tmp_path, _fsdp2("actor_train", 3))
+    text = _fsdp2("actor_train", 4) + _fsdp2("reference", 2)
+    assert "hybrid's reference runs in actor_train's workers, sharded over its shard groups" in roll_error(
+        tmp_path, text
+    )
+    out = roll(tmp_path, _fsdp2("actor_train", 4) + _fsdp2("reference", 4))
+    assert out[f"{A}.actor.fsdp_config.fsdp_size"] == 4
