@@ -27,7 +27,9 @@ Runs (each a subprocess; its metrics.jsonl is read back):
 - `smol1b7_bf16`: the larger architecture, for MFU.
 - `sft135`: the SFT trainer on the 135M architecture, 4 steps.
 
-`--default-job` runs only `make run`'s job with the real weights. How it ran on a lent H200
+`--default-job` runs `make run`'s job with the real weights, then `real_cuda` / `real_cpu`: the
+tiny pair's config with the real weights, whose confident greedy decoding gives both devices the
+same tokens, so that their losses and gradient norms can be compared (not yet run on a GPU). How it ran on a lent H200
 (docs/gpus_and_nodes.md has the results): the missing packages travel as wheels (`.whl`:
 hydra-core, omegaconf, antlr4-python3-runtime, tensordict, pyvers, codetiming, liger-kernel,
 gguf, dill), installed with `pip install --no-index --no-deps --target /tmp/site` and put on
@@ -139,17 +141,22 @@ def ppo_args(
     ]
 
 
-def runs(models: dict, files: dict, work: Path) -> dict[str, tuple[list[str], dict]]:
-    tiny = ppo_args(models["tiny"], files, batch=4, n=2, response=16, steps=2) + [
+def device_pair_args(model: str, files: dict, lr: float) -> list[str]:
+    """GAE with a critic, greedy rollouts, fp32 everywhere, 2 steps of 4 prompts x 2."""
+    return ppo_args(model, files, batch=4, n=2, response=16, steps=2) + [
         "algorithm.adv_estimator=gae",
         "actor_rollout_ref.rollout.do_sample=false",
         "actor_rollout_ref.rollout.dtype=float32",
         "actor_rollout_ref.actor.fsdp_config.mixed_precision=fp32",
         "critic.model.fsdp_config.mixed_precision=fp32",
         "critic.ppo_micro_batch_size_per_gpu=8",
-        "actor_rollout_ref.actor.optim.lr=1e-3",
-        "critic.optim.lr=1e-3",
+        f"actor_rollout_ref.actor.optim.lr={lr}",
+        f"critic.optim.lr={lr}",
     ]
+
+
+def runs(models: dict, files: dict, work: Path) -> dict[str, tuple[list[str], dict]]:
+    tiny = device_pair_args(models["tiny"], files, lr=1e-3)
     smol = ppo_args(models["smol135"], files, batch=32, n=4, response=128, steps=3)
     big = ppo_args(models["smol1b7"], files, batch=32, n=4, response=256, steps=2, micro=32)
     offload = [
@@ -228,7 +235,7 @@ def summary(results: dict) -> list[tuple[str, str]]:
                 parts.append(f"{key.split('/')[-1]}={float(last[key]):.4g}")
         rows.append((name, " ".join(parts)))
     variants = ("smol135_offload", "smol135_liger", "smol135_offload_policy", "smol135_checkpointing")
-    pairs = [("tiny_cuda", "tiny_cpu")] + [("smol135_bf16", name) for name in variants]
+    pairs = [("tiny_cuda", "tiny_cpu"), ("real_cuda", "real_cpu")] + [("smol135_bf16", name) for name in variants]
     for a, b in pairs:
         if results.get(a, {}).get("steps") and results.get(b, {}).get("steps"):
             gaps = [relative_gap(x, y) for x, y in zip(results[a]["steps"], results[b]["steps"])]
@@ -250,14 +257,15 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     args.work.mkdir(parents=True, exist_ok=True)
     if args.default_job:
-        report = run_default_job(args.assets, args.work, args.out, args.timeout)
+        results = run_default_job(args.assets, args.work, args.out, args.timeout)
         if args.json:
-            args.json.write_text(json.dumps(report, indent=1, default=str))
-        for step in report["steps"]:
+            args.json.write_text(json.dumps(results, indent=1, default=str))
+        for step in results["default_job"]["steps"]:
             vals = {k: round(float(v), 3) for k, v in step.items() if k.startswith("val-core/")}
             if vals:
                 print(step["step"], vals)
-        print("default job:", report["rc"], report["seconds"], "s", report["log_tail"])
+        for name, text in summary(results):
+            print(f"{name:32} {text}")
         return
 
     import torch
@@ -325,7 +333,13 @@ def run_default_job(assets: Path, work: Path, out: Path, timeout: float) -> dict
         "trainer.merge_on_finish=false",
         "trainer.plot_on_finish=false",
     ]
-    return run_one("default_job", args, work, out, timeout)
+    results = {"default_job": run_one("default_job", args, work, out, timeout)}
+    # The same fp32 config on the GPU and on its host: with the real weights greedy decoding is
+    # confident, so both devices generate the same tokens and the step metrics can be compared.
+    pair = device_pair_args(str(model), data_files(work), lr=1e-5)
+    results["real_cuda"] = run_one("real_cuda", pair, work, out, timeout)
+    results["real_cpu"] = run_one("real_cpu", [*pair, "trainer.device=cpu"], work, out, timeout)
+    return results
 
 
 def measure_matmul_tflops(size: int = 8192, repeats: int = 10) -> float:
