@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from typing import NamedTuple
 
 import torch
 from tqdm import tqdm
@@ -55,12 +56,43 @@ def as_typed(config) -> HybridConfig:
     return config if isinstance(config, HybridConfig) else typed_config(config)
 
 
-def run_steps(trainer, steps_per_epoch) -> int:
-    """The steps of a run: `trainer.total_training_steps`, else `total_epochs` x
-    `steps_per_epoch()`; at most `trainer.max_training_steps` when set (SkyRL's cap: the run
-    and its learning-rate schedules end at the smaller of the two)."""
-    steps = trainer.total_training_steps or steps_per_epoch() * int(trainer.total_epochs)
-    return min(steps, int(trainer.max_training_steps)) if trainer.max_training_steps else steps
+class RunLength(NamedTuple):
+    steps: int  # the steps the run trains
+    schedule_steps: int  # the steps the learning-rate schedules span
+    steps_per_epoch: int  # one pass over the training data
+
+
+def run_steps(trainer, steps_per_epoch) -> RunLength:
+    """The length of a run, as verl's fit decides it: its loop is over `trainer.total_epochs`
+    passes of the data and ends at step `trainer.total_training_steps` if that comes first, so
+    an explicit total_training_steps shortens a run, never lengthens it; the learning-rate
+    schedules span total_training_steps when given (verl writes it into the optimizers even when
+    the epochs end first), else total_epochs x `steps_per_epoch()`. `trainer.max_training_steps`
+    (SkyRL's cap) caps both: the run and its schedules end at the smaller."""
+    per_epoch = steps_per_epoch()
+    epoch_steps = per_epoch * int(trainer.total_epochs)
+    schedule = trainer.total_training_steps or epoch_steps
+    if trainer.max_training_steps:
+        schedule = min(schedule, int(trainer.max_training_steps))
+    return RunLength(min(schedule, epoch_steps), schedule, per_epoch)
+
+
+def epochs_ran_out(trainer, length: RunLength) -> str | None:
+    """The console line for a run that the epochs end before total_training_steps (or the
+    SkyRL cap) would; None otherwise."""
+    if length.steps >= length.schedule_steps:
+        return None
+    asked = (
+        f"trainer.max_training_steps={trainer.max_training_steps}"
+        if trainer.max_training_steps and int(trainer.max_training_steps) == length.schedule_steps
+        else f"trainer.total_training_steps={trainer.total_training_steps}"
+    )
+    return (
+        f"hybrid: the run ends with its epochs at step {length.steps}, before {asked}: "
+        f"trainer.total_epochs={trainer.total_epochs} x {length.steps_per_epoch} steps "
+        f"per epoch (as verl; the learning-rate schedules still span {length.schedule_steps} steps); "
+        f"raise trainer.total_epochs to train longer"
+    )
 
 
 class PPOTrainer:
@@ -74,9 +106,11 @@ class PPOTrainer:
         self.use_reference_policy = config.use_reference_policy
         self.world_size = config.world_size
         self.kl_ctrl = get_kl_controller(config.algorithm.kl_ctrl) if config.algorithm.use_kl_in_reward else None
-        self.total_training_steps = run_steps(config.trainer, lambda: self.steps_per_epoch(config, train_dataloader))
-        # The learning-rate schedules span the run unless their own key says otherwise.
-        self.config = config.with_schedule_steps(self.total_training_steps)
+        self.length = run_steps(config.trainer, lambda: self.steps_per_epoch(config, train_dataloader))
+        self.total_training_steps = self.length.steps
+        # The learning-rate schedules span the run (verl: total_training_steps when given, even
+        # past the epochs' end) unless their own key says otherwise.
+        self.config = config.with_schedule_steps(self.length.schedule_steps)
         self.state = TrainerState(train_dataloader, self.kl_ctrl)
         self.checkpoints = RunCheckpoints(self.config, self.use_critic)
         self.rollouts = Rollouts(self.config, reward_fn)
@@ -309,6 +343,9 @@ class PPOTrainer:
             )
             self.tracker.finish()
             return {"val_before": {}, "val_after": {}, "steps": self.state.global_step}
+        note = epochs_ran_out(cfg.trainer, self.length)
+        if note is not None:
+            print(note, flush=True)
         first_val = {}
         if cfg.trainer.val_before_train and self.validation.dataloader is not None:
             first_val = self.validation.run(self.state.global_step)
@@ -334,7 +371,9 @@ class PPOTrainer:
             with profiled_step(cfg.global_profiler, state.global_step, workers):
                 start = time.perf_counter()
                 scored = next(batches, None)
-                if scored is None:  # the data ran out (total_epochs)
+                if scored is None:  # dynamic sampling used the last epoch's data up early
+                    state.global_step -= 1
+                    self._data_ran_out()
                     break
                 batch, metrics, timing = scored
                 batch = self.update_step(batch, metrics, timing)
@@ -350,13 +389,31 @@ class PPOTrainer:
         progress.close()
         return last_val
 
+    def _data_ran_out(self) -> None:
+        """The data of trainer.total_epochs ran out before the planned last step: only dynamic
+        sampling (algorithm.filter_groups), which draws batches until enough groups vary, makes
+        fewer steps than batches. Step `state.global_step` was the last: its checkpoint (when
+        checkpoints are kept) is saved now if not already, as the last step's is."""
+        step = self.state.global_step
+        print(
+            f"hybrid: the training data ran out after trainer.total_epochs={self.config.trainer.total_epochs} "
+            f"at step {step} of the {self.total_training_steps} planned (algorithm.filter_groups drew more than "
+            f"one batch for some steps); the run ends here",
+            flush=True,
+        )
+        saved = self.checkpoints.last is not None and self.checkpoints.last[0] == step
+        if step > 0 and not saved and self.checkpoints.due(step, last_step=True):
+            self.checkpoints.save(self.state, self.groups, last_step=True)
+
     def scored_batches(self):
         """(batch, metrics, timing) per step: the step's prompts rolled out and scored, the
         step's metrics and timings so far. Here the fused worker generates each step's batch
-        from the data loader, epoch after epoch (hybrid/async_trainer.py streams them from the
-        engines of asynchronous training instead)."""
+        from the data loader, epoch after epoch up to trainer.total_epochs (hybrid/async_trainer.py
+        streams them from the engines of asynchronous training instead)."""
         cfg = self.config
-        for _epoch in range(cfg.trainer.total_epochs if not cfg.trainer.total_training_steps else 10**9):
+        # verl's `for epoch in range(current_epoch, total_epochs)`; a resumed run goes on in the
+        # epoch its checkpoint was in (the loader's position says which).
+        while _next_epoch(self.train_dataloader) < cfg.trainer.total_epochs:
             batch_iter = iter(self.train_dataloader)
             produced = False
             for batch_dict in batch_iter:
@@ -418,6 +475,11 @@ class PPOTrainer:
             metrics["timing_s/save_checkpoint"] = self.checkpoints.save(self.state, self.groups, last_step)
         if self.checkpoints.hf_export_due(self.state.global_step, last_step):
             metrics["timing_s/export_hf"] = self.checkpoints.export_hf(self.state.global_step, self.groups)
+
+
+def _next_epoch(loader) -> int:
+    """The epoch the loader's next batch comes from (a finished epoch's position moves on)."""
+    return int(loader.epoch) + (1 if loader.batches_consumed >= len(loader) else 0)
 
 
 def _dict_iter(batch_iter):

@@ -370,10 +370,11 @@ def _critic_used(config: HybridConfig, problems: Problems) -> bool:
 
 def _check_trainer(config: HybridConfig, problems: Problems) -> None:
     trainer = config.trainer
-    if trainer.total_training_steps is None and valid(trainer.total_epochs) and trainer.total_epochs < 1:
+    if valid(trainer.total_epochs) and trainer.total_epochs < 1:
+        # As verl's loop over range(total_epochs): total_training_steps only shortens a run.
         problems.add(
-            f"trainer.total_epochs={trainer.total_epochs} with trainer.total_training_steps=null trains nothing; "
-            f"set trainer.total_epochs >= 1 or trainer.total_training_steps"
+            f"trainer.total_epochs={trainer.total_epochs} trains nothing: a run is at most total_epochs passes "
+            f"over the training data, whatever trainer.total_training_steps says; set trainer.total_epochs >= 1"
         )
     if trainer.resume_mode == "resume_path":
         if trainer.resume_from_path is None:

@@ -294,6 +294,15 @@ def _keep(value: Any, ctx: Context) -> dict[str, Any]:
     return {"trainer.max_actor_ckpt_to_keep": keep, "trainer.max_critic_ckpt_to_keep": keep}
 
 
+def _max_steps(value: Any, ctx: Context) -> dict[str, Any]:
+    # ROLL's pipeline runs max_steps steps and starts the data over whenever it runs out (its
+    # scheduler's dataset_epoch); hybrid's run, like verl's, ends with trainer.total_epochs, so
+    # it gets max_steps passes, enough for any data size (a pass is at least one step).
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise Refusal(f"ROLL needs max_steps >= 1 (got {value!r})")
+    return {"trainer.total_training_steps": value, "trainer.total_epochs": value}
+
+
 def _save_steps(value: Any, ctx: Context) -> dict[str, Any]:
     # ROLL saves every save_steps steps and always the last step; its checkpoints hold the
     # Hugging Face model. save_steps <= 0 keeps only the last step.

@@ -27,6 +27,7 @@ from hybrid.dialects.roll_convert import (
     _keep,
     _kl_penalty,
     _logger,
+    _max_steps,
     _model_path,
     _recompute,
     _response_length,
@@ -127,7 +128,14 @@ RULES: tuple[Rule, ...] = (
         _tracker,
         "track_with wandb -> WANDB_TAGS (comma-separated); other trackers: not read",
     ),
-    same("max_steps", "trainer.total_training_steps"),
+    custom(
+        "max_steps",
+        ("trainer.total_training_steps", "trainer.total_epochs"),
+        _max_steps,
+        "total_training_steps = value, total_epochs = value",
+        "ROLL starts the data over until max_steps; hybrid's run ends with total_epochs (as verl's), so it gets "
+        "that many passes, enough for any data size",
+    ),
     custom(
         "save_steps",
         ("trainer.save_freq", f"{ACTOR}.checkpoint.save_contents"),

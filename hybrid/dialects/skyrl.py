@@ -348,8 +348,8 @@ DIALECT = Dialect(
         "Where they differ and it matters, give the key: SkyRL's use_kl_loss defaults to true "
         "(hybrid: false), eps_clip_high to 0.2 (hybrid: clip_ratio_high 0.28), policy_loss_type to "
         "regular (hybrid: the dual-clip vanilla loss), lr to 1e-6 (hybrid: 2e-5), n_samples_per_prompt "
-        "to 5 (hybrid: 4), and hybrid stops after trainer.total_training_steps=15 unless "
-        "trainer.epochs is given.",
+        "to 5 (hybrid: 4), and hybrid stops after trainer.total_training_steps=30 (or at the end of its one "
+        "epoch, trainer.total_epochs=1, if that comes first) unless trainer.epochs is given.",
         "Data files use verl's columns (prompt, data_source, reward_model.ground_truth, extra_info) or SkyRL's "
         "(reward_spec instead of reward_model, read as it; env_class). "
         "Single-turn, the scorer is picked by each row's data_source. In episodes (generator.max_turns > 1, "

@@ -157,6 +157,7 @@ def _command_line(model_dir, files, root) -> list[str]:
         "trainer.n_gpus_per_node=1",
         "trainer.worker_group=ray",
         "trainer.total_training_steps=20",
+        "trainer.total_epochs=3",  # 8 steps an epoch (32 rows / 4)
         "trainer.save_freq=10",
         "trainer.merge_on_finish=false",
     ]

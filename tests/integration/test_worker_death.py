@@ -47,6 +47,7 @@ def command_line(model_dir, files, root, *extra, ranks: int = 2) -> list[str]:
         f"trainer.n_gpus_per_node={ranks}",
         "trainer.worker_group=ray",
         "trainer.total_training_steps=200",
+        "trainer.total_epochs=25",  # 8 steps an epoch (32 rows / 4): a run that outlasts the kill
         "trainer.save_freq=-1",
         "trainer.merge_on_finish=false",
         "trainer.plot_on_finish=false",

@@ -344,9 +344,14 @@ def test_sequence_longer_than_max_model_len():
     assert_valid([f"{ARR}.rollout.max_model_len=112"])
 
 
-def test_no_steps_and_no_epochs():
-    message = validation_error(["trainer.total_training_steps=null", "trainer.total_epochs=0"])
-    assert "trainer.total_epochs=0 with trainer.total_training_steps=null" in message
+def test_no_epochs_trains_nothing_whatever_the_steps():
+    expected = (
+        "trainer.total_epochs=0 trains nothing: a run is at most total_epochs passes over the training data, "
+        "whatever trainer.total_training_steps says; set trainer.total_epochs >= 1"
+    )
+    for steps in ("null", "30"):
+        message = validation_error([f"trainer.total_training_steps={steps}", "trainer.total_epochs=0"])
+        assert expected in message
     assert_valid(["trainer.total_training_steps=null", "trainer.total_epochs=1"])
 
 

@@ -134,13 +134,17 @@ def test_max_training_steps_caps_skyrls_epochs():
 @pytest.mark.parametrize(
     "total, epochs, cap, per_epoch, expected",
     [
-        (None, 3, 20, 5, 15),  # the epochs end first
-        (None, 3, 10, 5, 10),  # the cap ends the third epoch early
-        (None, 3, None, 5, 15),
-        (30, 1, 20, 5, 20),  # a cap on total_training_steps too
-        (30, 1, None, 5, 30),  # hybrid's own default job, unchanged
+        # (steps the run trains, steps the learning-rate schedules span)
+        (None, 3, 20, 5, (15, 15)),  # the epochs end first
+        (None, 3, 10, 5, (10, 10)),  # the cap ends the third epoch early
+        (None, 3, None, 5, (15, 15)),
+        (30, 1, 20, 5, (5, 20)),  # the epoch ends first; the schedule spans the capped steps
+        (30, 1, None, 5, (5, 30)),  # verl: total_training_steps shortens a run, never lengthens it
+        (30, 1, None, 250, (30, 30)),  # hybrid's own default job: 2000 rows / 8 a step
+        (30, 1, 20, 250, (20, 20)),  # a cap on total_training_steps too
     ],
 )
 def test_run_steps_is_the_smaller_of_the_run_and_the_cap(total, epochs, cap, per_epoch, expected):
     trainer = SimpleNamespace(total_training_steps=total, total_epochs=epochs, max_training_steps=cap)
-    assert run_steps(trainer, lambda: per_epoch) == expected
+    length = run_steps(trainer, lambda: per_epoch)
+    assert (length.steps, length.schedule_steps) == expected and length.steps_per_epoch == per_epoch
