@@ -175,6 +175,9 @@ def soak_config(args, model_dir: str, files: dict, run_dir: Path):
             f"trainer.n_gpus_per_node={args.ranks}",
             f"trainer.worker_group={args.worker_group}",
             f"trainer.total_training_steps={args.steps}",
+            # 256 rows / 8 a step: 32 steps an epoch; the run ends with its epochs (as verl's), so
+            # enough of them that total_training_steps ends it (a pass is at least one step).
+            f"trainer.total_epochs={args.steps}",
             f"trainer.test_freq={args.test_freq}",
             f"trainer.save_freq={args.save_freq}",
             "trainer.max_actor_ckpt_to_keep=2",
