@@ -1,6 +1,7 @@
 """Driver-side operations on a step's batch, between the workers' calls: prompt uids,
 balancing tokens across ranks, the advantage computation, DAPO group filtering, masking
-truncated responses out of the losses, and ROLL's batch adjustment (copies or drops)."""
+truncated responses out of the losses, ROLL's batch adjustment (copies or drops), and SkyRL's
+mini-batch padding with dummy rows (trainer.pad_mini_batches)."""
 
 from __future__ import annotations
 
@@ -262,3 +263,25 @@ def adjust_batch(batch: DataProto, multiple: int, mode: str, generator: torch.Ge
     if not added and not removed:
         return batch, metrics
     return batch.select_idxs(rows), metrics
+
+
+def pad_mini_batches(batch: DataProto, mini_batch: int, ranks: int) -> tuple[DataProto, int]:
+    """trainer.pad_mini_batches, as SkyRL's MeshDispatch.stage_chunks: each mini batch (`mini_batch`
+    consecutive rows) that does not split over `ranks` gets `-mini_batch % ranks` dummy rows, copies
+    of its first row with a zero response mask, so they add nothing to any loss, normaliser or
+    metric of the update. The rows are laid out rank by rank (each rank's share of mini batch 0,
+    then of mini batch 1, ...) so that the dispatcher's even split hands each rank its rows in
+    mini-batch order. Returns the batch for the update and the dummies added (0: `batch` itself)."""
+    pad = -mini_batch % ranks
+    if pad == 0:
+        return batch, 0
+    if len(batch) % mini_batch:
+        raise ValueError(f"a batch of {len(batch)} samples is not a whole number of mini-batches of {mini_batch}")
+    minis, per_rank = len(batch) // mini_batch, (mini_batch + pad) // ranks
+    # Slot s of a padded mini batch: a real row while s < mini_batch, else a dummy copy of its first row.
+    slots = [(m, r * per_rank + j) for r in range(ranks) for m in range(minis) for j in range(per_rank)]
+    rows = [m * mini_batch + (s if s < mini_batch else 0) for m, s in slots]
+    dummy = torch.tensor([s >= mini_batch for _, s in slots])
+    padded = batch.select_idxs(rows)
+    padded.batch["response_mask"] = padded.batch["response_mask"].masked_fill(dummy.unsqueeze(-1), 0)
+    return padded, minis * pad

@@ -27,6 +27,7 @@ from hybrid.batch_ops import (
     clip_rewards_and_advantages,
     mask_by_difficulty,
     mask_truncated_responses,
+    pad_mini_batches,
     pf_ppo_resample,
     restore_response_mask,
 )
@@ -246,11 +247,11 @@ class PPOTrainer:
             self.dump_batch(batch)
         if self.use_critic:
             with timed("update_critic", timing):
-                critic_out = self.critic_wg.update_critic(batch)
+                critic_out = self.critic_wg.update_critic(self._padded(batch, cfg.critic, "critic", metrics))
             metrics.update(critic_out.meta_info["metrics"])
         if self.state.global_step > cfg.trainer.critic_warmup or not self.use_critic:
             with timed("update_actor", timing):
-                actor_out = self.actor_rollout_wg.update_actor(batch)
+                actor_out = self.actor_rollout_wg.update_actor(self._padded(batch, actor, "actor", metrics))
             metrics.update(actor_out.meta_info["metrics"])
             self.update_rollout_weights(timing)
         if bypass:
@@ -259,6 +260,17 @@ class PPOTrainer:
             batch.pop(batch_keys=["old_log_probs"])
         restore_response_mask(batch)  # the data metrics measure every response as generated
         return batch
+
+    def _padded(self, batch: DataProto, section, role: str, metrics: dict) -> DataProto:
+        """trainer.pad_mini_batches: the batch the update of `section` (actor or critic) gets, each
+        mini-batch padded with zero-mask dummy rows to its data-parallel ranks (hybrid/batch_ops.py);
+        `<role>/dummy_rows` counts them."""
+        if not self.config.trainer.pad_mini_batches:
+            return batch
+        mini = section.ppo_mini_batch_size * section.rollout_n
+        padded, dummies = pad_mini_batches(batch, mini, section.data_parallel_size)
+        metrics[f"{role}/dummy_rows"] = float(dummies)
+        return padded
 
     def _mask_responses(self, batch: DataProto, metrics: dict) -> bool:
         """algorithm.mask_truncated_responses and difficulty_mask take responses out of the

@@ -346,15 +346,46 @@ def _check_ppo_batches(
             f"{world // sp} data-parallel groups ({world_desc} / {prefix}.ulysses_sequence_parallel_size={sp})",
         )
     if (mini * n) % world != 0:
-        problems.add(
-            f"{mini_key}={mini} x {n_key}={n} = {mini * n} samples per mini-batch do not split evenly over {world_desc}"
-        )
-        return
+        if config.trainer.pad_mini_batches is not True:
+            problems.add(
+                f"{mini_key}={mini} x {n_key}={n} = {mini * n} samples per mini-batch do not split evenly over "
+                f"{world_desc}; set trainer.pad_mini_batches=true to pad each with dummy rows (loss mask 0)"
+            )
+        else:
+            _check_padding(problems, role, prefix, section, config)
+        return  # padded: a rank's last micro-batch may be smaller, which changes no loss (token-share weights)
     per_rank = mini * n // world
     if micro is not None and valid(micro) and per_rank % micro != 0:
         problems.add(
             f"{mini_key}={mini} x {n_key}={n} / {world_desc} = {per_rank} samples per device per "
             f"mini-batch is not divisible by {micro_key}={micro}"
+        )
+
+
+def _check_padding(problems: Problems, role: str, prefix: str, section: Any, config: HybridConfig) -> None:
+    """What trainer.pad_mini_batches cannot pad: the dummy rows must reach every loss and metric
+    through the response mask alone."""
+    sp = section.ulysses_sequence_parallel_size
+    if valid(sp) and sp > 1:
+        problems.add(
+            f"trainer.pad_mini_batches=true pads mini-batches for ranks that each hold whole rows; with "
+            f"{prefix}.ulysses_sequence_parallel_size={sp} give a mini-batch that splits over the data-parallel groups"
+        )
+    if role != "actor":
+        return
+    if valid(section.policy_loss) and section.policy_loss.loss_mode == "geo_mean":
+        problems.add(
+            f"trainer.pad_mini_batches=true with {prefix}.policy_loss.loss_mode=geo_mean: GMPO averages its loss over "
+            f"a micro-batch's rows whatever their mask, so dummy rows would count; give a mini-batch that splits evenly"
+        )
+    correction = config.algorithm.rollout_correction
+    cap = section.tis_imp_ratio_cap  # verl's older key for token TIS
+    on = correction.rollout_is is not None or correction.rollout_rs is not None or correction.bypass_mode is True
+    if on or (valid(cap) and cap > 0):
+        problems.add(
+            "trainer.pad_mini_batches=true with rollout correction (algorithm.rollout_correction or "
+            "actor.tis_imp_ratio_cap): its metrics count rows whatever their mask, so dummy rows would count; "
+            "give a mini-batch that splits evenly"
         )
 
 

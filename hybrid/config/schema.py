@@ -194,6 +194,7 @@ class AlgorithmConfig:
 @dataclass(frozen=True)
 class TrainerConfig:
     balance_batch: bool
+    pad_mini_batches: bool  # SkyRL's: mini-batches padded to the ranks with zero-mask dummy rows
     total_epochs: int
     total_training_steps: OptionalPositiveInt
     max_training_steps: OptionalPositiveInt  # a cap on the steps either of the two above gives

@@ -48,8 +48,10 @@ class LogProbBatching:
 
 def mini_batch_samples_per_rank(ppo_mini_batch_size: int, rollout_n: int, data_parallel_size: int) -> int:
     """Rows of one optimizer step on one rank: `ppo_mini_batch_size` counts prompts (verl's
-    unit), each with its `rollout.n` responses, split evenly over the data-parallel groups."""
-    return max(ppo_mini_batch_size * rollout_n // data_parallel_size, 1)
+    unit), each with its `rollout.n` responses, split evenly over the data-parallel groups;
+    rounded up, for the dummy rows that trainer.pad_mini_batches adds to a mini-batch that does
+    not split (without that option the rules refuse such sizes)."""
+    return max(-(-ppo_mini_batch_size * rollout_n // data_parallel_size), 1)
 
 
 def shares_prompts(use_prefix_grouper: bool | None, rollout_n: int, use_remove_padding: bool) -> bool:
