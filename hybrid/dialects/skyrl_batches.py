@@ -6,9 +6,9 @@ policy_mini_batch_size x n_samples_per_prompt // dp must be a positive multiple 
 micro_train_batch_size_per_gpu and divide train_batch_size x n_samples_per_prompt // dp;
 sizes failing that are refused by SkyRL itself. Sizes passing it whose mini batch does not
 split evenly over the ranks are trained by SkyRL with dummy rows: each mini batch is padded
-with (-samples) mod dp rows of loss mask 0 and then split (MeshDispatch.stage_chunks).
-hybrid's update splits each mini batch over the ranks without dummy rows (verl's rule), so
-such sizes are refused too, with SkyRL's padding named.
+with (-samples) mod dp copies of its first row with loss mask 0 and then split
+(MeshDispatch.stage_chunks, pad_training_input_batch); for those sizes the convert turns on
+hybrid's trainer.pad_mini_batches, which pads the same way (hybrid/batch_ops.py).
 """
 
 from __future__ import annotations
@@ -48,11 +48,7 @@ def _policy_mini_batch(value: Any, ctx: Context) -> dict[str, Any]:
             f"train_batch_size {train} x n_samples_per_prompt {n} // {dp} = {train * n // dp}"
         )
     if skyrl_sizes and samples % dp:
-        raise Refusal(
-            f"{sizes} do not split evenly: SkyRL pads each mini batch with {-samples % dp} dummy rows (loss mask 0) "
-            f"before splitting it (MeshDispatch.stage_chunks), hybrid splits it over the ranks without dummy rows; "
-            f"give a policy_mini_batch_size with policy_mini_batch_size x n_samples_per_prompt a multiple of {dp}"
-        )
+        out["trainer.pad_mini_batches"] = True  # SkyRL adds -samples % dp dummy rows to each mini batch
     return out
 
 

@@ -304,11 +304,12 @@ TRAINER_RULES = (
     same("trainer.train_batch_size", "data.train_batch_size", note="prompts per step"),
     custom(
         "trainer.policy_mini_batch_size",
-        (f"{ACTOR}.ppo_mini_batch_size",),
+        (f"{ACTOR}.ppo_mini_batch_size", "trainer.pad_mini_batches"),
         _policy_mini_batch,
-        "same value; x n_samples_per_prompt must split evenly over the ranks",
+        "same value; pad_mini_batches=true where x n_samples_per_prompt does not split over the ranks",
         "prompts per optimizer step, in both; SkyRL pads a mini batch that does not split with dummy rows "
-        "(loss mask 0), hybrid refuses it (skyrl_batches.py)",
+        "(loss mask 0), and so does hybrid with trainer.pad_mini_batches, which the convert turns on for sizes "
+        "SkyRL's validate_batch_sizes accepts (skyrl_batches.py)",
     ),
     same("trainer.critic_mini_batch_size", "critic.ppo_mini_batch_size"),
     same(

@@ -12,12 +12,12 @@ import subprocess
 
 import pytest
 
-from hybrid.config import ConfigError, load_config, validate_config
+from hybrid.config import ConfigError, load_config, typed_config, validate_config
 from hybrid.dialects import skyrl as skyrl_dialect
 from hybrid.dialects import translate_argv
 from hybrid.dialects.skyrl import translate_skyrl
 from hybrid.dialects.table import NO_DUAL_CLIP
-from tests.unit.test_dialects import REPO, SKYRL_SEED_EXAMPLE, A, skyrl, skyrl_error
+from tests.unit.dialect_helpers import REPO, SKYRL_SEED_EXAMPLE, A, skyrl, skyrl_error
 
 # ---------------------------------------------------------------- SkyRL mappings
 
@@ -381,15 +381,6 @@ def test_skyrl_refusals_are_all_listed_at_once_by_name_with_the_reason():
             "policy_mini_batch_size 4 x n_samples_per_prompt 5 = 20 samples over 4 data-parallel ranks is 5 per GPU "
             "(rounded down), which must be a positive multiple of micro_train_batch_size_per_gpu 8",
         ),
-        # ... or SkyRL accepts it and pads each mini batch with dummy rows, which hybrid does not.
-        (
-            "trainer.placement.policy_num_gpus_per_node=8 trainer.train_batch_size=16 trainer.policy_mini_batch_size=4 "
-            "generator.n_samples_per_prompt=5 trainer.micro_train_batch_size_per_gpu=2",
-            "20 samples over 8 data-parallel ranks do not split evenly: SkyRL pads each mini batch with 4 dummy rows "
-            "(loss mask 0) before splitting it (MeshDispatch.stage_chunks), hybrid splits it over the ranks without "
-            "dummy rows; give a policy_mini_batch_size with policy_mini_batch_size x n_samples_per_prompt a multiple "
-            "of 8",
-        ),
         (
             "trainer.placement.policy_num_nodes=2 trainer.placement.policy_num_gpus_per_node=8 "
             "trainer.policy.fsdp_config.fsdp_size=8 trainer.ref.fsdp_config.fsdp_size=-1",
@@ -404,6 +395,25 @@ def test_skyrl_refusals_are_all_listed_at_once_by_name_with_the_reason():
 )
 def test_skyrl_refused_values(override, reason):
     assert reason in skyrl_error(*override.split())
+
+
+# run_lcb.sh's sizes: SkyRL's validate_batch_sizes accepts them (20 // 8 = 2 per GPU, a multiple of micro 2,
+# dividing 80 // 8 = 10) and SkyRL pads each mini batch of 20 with 4 dummy rows; so does hybrid's option.
+LCB_SIZES = (
+    "trainer.placement.policy_num_gpus_per_node=8 trainer.train_batch_size=16 trainer.policy_mini_batch_size=4 "
+    "generator.n_samples_per_prompt=5 trainer.micro_train_batch_size_per_gpu=2"
+)
+
+
+def test_skyrl_mini_batches_that_do_not_split_are_padded_as_skyrl_pads_them():
+    out = skyrl(*LCB_SIZES.split())
+    assert out[f"{A}.actor.ppo_mini_batch_size"] == 4 and out["trainer.pad_mini_batches"] is True
+    config = typed_config(load_config(translate_skyrl(LCB_SIZES.split())))
+    assert config.trainer.pad_mini_batches is True
+    assert config.actor_rollout_ref.actor.mini_batch_samples_per_rank == 3  # 20 + 4 dummies over 8 ranks
+    # 4 x 5 = 20 samples over 5 ranks split evenly: no padding asked for
+    even = skyrl(*LCB_SIZES.replace("gpus_per_node=8", "gpus_per_node=5").split())
+    assert "trainer.pad_mini_batches" not in even
 
 
 def test_skyrl_documents_at_least_twenty_refused_keys():
