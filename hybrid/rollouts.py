@@ -132,9 +132,8 @@ class Rollouts:
     def prepare(self, batch: DataProto) -> DataProto:
         """A uid per prompt (into `batch`), and the prompts to generate from (popped from it)."""
         assign_uids(batch)
-        gen_batch = self.gen_batch(batch)
-        gen_batch.meta_info.update({"do_sample": True})
-        return gen_batch
+        # No do_sample in meta_info: the engine samples as actor_rollout_ref.rollout.do_sample says (verl).
+        return self.gen_batch(batch)
 
     def complete(
         self, batch: DataProto, gen_out: DataProto, timing: dict, into: dict | None = None

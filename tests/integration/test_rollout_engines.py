@@ -148,6 +148,28 @@ def test_vllm_repetition_penalty_changes_greedy_tokens(vllm_engine, folder_model
     assert_repetition_penalty_breaks_greedy_loops(_responses(plain), _responses(penalised), _prompt_sets(plain))
 
 
+def one_sample_each(tokenizer):
+    batch = prompt_batch(tokenizer)
+    batch.meta_info["n"] = 1  # a call may ask for its own n (verl's meta_info)
+    return batch
+
+
+def assert_greedy_groups(out, single) -> None:
+    """Training with do_sample=false: N rows per prompt (the groups keep their size), each the
+    prompt's greedy continuation (`single`: the same call with n=1), log-probs included."""
+    responses, once = _responses(out), _responses(single)
+    assert len(responses) == N * len(once) and out.meta_info["n"] == N
+    assert responses == [ids for ids in once for _ in range(N)]
+    log_probs = out.batch["rollout_log_probs"]
+    torch.testing.assert_close(log_probs, single.batch["rollout_log_probs"].repeat_interleave(N, dim=0))
+
+
+def test_vllm_greedy_training_gives_n_identical_samples(vllm_engine, folder_model, tiny_model_dir, tokenizer):
+    vllm_engine.update_weights(list(folder_model.state_dict().items()))
+    out = _generate(vllm_engine, tiny_model_dir, tokenizer, f"{R}.do_sample=false")
+    assert_greedy_groups(out, vllm_engine.generate_sequences(one_sample_each(tokenizer)))
+
+
 def test_vllm_start_keeps_torchs_numa_notice_off_the_console(tiny_model_dir, tmp_path):
     """The CPU worker's NUMA binding notice (torch C++, straight to descriptor 2) goes to
     engine_rank0.log, not the console; a process of its own, as a worker starts one engine."""
@@ -222,6 +244,14 @@ def test_hf_stops_and_repetition_penalty(tiny_model_dir, tokenizer):
         prompt_batch(tokenizer)
     )
     assert_repetition_penalty_breaks_greedy_loops(_responses(plain), _responses(penalised), _prompt_sets(plain))
+
+
+def test_hf_greedy_training_gives_n_identical_samples(tiny_model_dir, tokenizer):
+    greedy = [f"{R}.load_format=hf", f"{R}.do_sample=false"]
+    engine = _hf_engine(tiny_model_dir, tokenizer, *greedy)
+    assert_greedy_groups(
+        engine.generate_sequences(prompt_batch(tokenizer)), engine.generate_sequences(one_sample_each(tokenizer))
+    )
 
 
 @pytest.mark.parametrize("key", ["presence_penalty", "frequency_penalty"])

@@ -14,6 +14,7 @@ from workers.rollout.base import (
     DUMMY_LOAD_FORMATS,
     SamplingSettings,
     engine_load_format,
+    repeat_greedy,
     sampling_settings,
 )
 from workers.rollout.hf_rollout import hf_generation_config
@@ -116,17 +117,26 @@ def test_defaults_switch_every_extra_filter_off(typed):
     assert params.detokenize is False  # token ids only: no text is needed
 
 
+def test_repeat_greedy_gives_each_prompt_n_consecutive_copies():
+    ids, log_probs = repeat_greedy([[1, 2], [3]], [[-0.1, -0.2], [-0.3]], 2)
+    assert ids == [[1, 2], [1, 2], [3], [3]]
+    assert log_probs == [[-0.1, -0.2], [-0.1, -0.2], [-0.3], [-0.3]]
+    assert repeat_greedy([[4]], None, 3) == ([[4], [4], [4]], None)
+
+
 def test_greedy_training_call_keeps_penalties_and_stops(typed):
     cfg = rollout_section(*SAMPLING_OVERRIDES, f"{R}.do_sample=false", typed=typed)
     settings = sampling_settings(cfg, {})
+    # n identical greedy samples per prompt in training (verl decodes each of the n copies greedily)
     assert settings.greedy and (settings.n, settings.temperature, settings.top_p, settings.top_k, settings.min_p) == (
-        1,
+        3,
         0.0,
         1.0,
         -1,
         0.0,
     )
-    params = vllm_sampling_params(settings)
+    assert sampling_settings(cfg, {"n": 5}).n == 5
+    params = vllm_sampling_params(settings)  # one greedy sample: the engine repeats it
     assert params.temperature == 0.0 and params.n == 1
     assert params.repetition_penalty == pytest.approx(1.3) and params.presence_penalty == pytest.approx(0.4)
     assert params.stop == ["</answer>", "STOP"] and set(params.stop_token_ids) == {7, 11}

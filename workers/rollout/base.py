@@ -127,6 +127,13 @@ def _stop_token_ids(value) -> tuple[int, ...]:
     return tuple(int(t) for t in value)
 
 
+def repeat_greedy(token_ids: list, log_probs: list | None, n: int) -> tuple[list, list | None]:
+    """Each prompt's one greedy continuation as its n samples (consecutive, as the engines
+    return n samples per prompt): greedy decoding gives every copy the same tokens."""
+    token_ids = [ids for ids in token_ids for _ in range(n)]
+    return token_ids, None if log_probs is None else [lp for lp in log_probs for _ in range(n)]
+
+
 def sampling_settings(config: RolloutConfig, meta_info: dict) -> SamplingSettings:
     """The sampling of one call, from the rollout section `config` and the call's meta_info.
 
@@ -134,7 +141,8 @@ def sampling_settings(config: RolloutConfig, meta_info: dict) -> SamplingSetting
     from `val_kwargs`, and is greedy with one sample when `val_kwargs.do_sample` is false
     or its temperature is 0; training may be made greedy by `do_sample=False` (config or
     meta_info) and takes n and temperature from meta_info when given. Greedy means
-    temperature 0, one sample and no top-k/top-p/min-p filter. The other SamplingParams
+    temperature 0 and no top-k/top-p/min-p filter, with one sample in validation and n
+    identical ones in training. The other SamplingParams
     keys (min_p, repetition/presence/frequency penalty, stop, stop_token_ids, ignore_eos)
     come from the rollout section in every mode; the penalties and stops also apply to
     greedy decoding, as in vLLM.
@@ -163,7 +171,9 @@ def sampling_settings(config: RolloutConfig, meta_info: dict) -> SamplingSetting
             **common,
         )
     if not meta_info.get("do_sample", config.do_sample):
-        return SamplingSettings(**greedy_filters, **common)
+        # verl repeats each prompt n times and decodes every copy greedily: n identical samples,
+        # so the groups keep their size (the engines decode once and repeat: repeat_greedy).
+        return SamplingSettings(**{**greedy_filters, "n": int(meta_info.get("n", config.n))}, **common)
     return SamplingSettings(
         n=int(meta_info.get("n", config.n)),
         temperature=float(meta_info.get("temperature", config.temperature)),

@@ -36,6 +36,7 @@ from workers.rollout.base import (
     check_turn_requests,
     engine_load_format,
     engine_max_model_len,
+    repeat_greedy,
     sampling_settings,
 )
 from workers.rollout.multi_turn import MultiTurnLoop
@@ -81,7 +82,8 @@ def hf_generation_config(settings: SamplingSettings, pad_token_id: int, eos_toke
         min_p=settings.min_p if sample else None,
         repetition_penalty=settings.repetition_penalty,
         max_new_tokens=settings.max_tokens,
-        num_return_sequences=settings.n,
+        # Greedy decoding samples once (generate refuses more); the caller repeats it n times.
+        num_return_sequences=1 if settings.greedy else settings.n,
         pad_token_id=pad_token_id,
         eos_token_id=sorted(set(eos_token_ids) | set(settings.stop_token_ids)),
         min_new_tokens=settings.max_tokens if settings.ignore_eos else None,
@@ -197,6 +199,8 @@ class HFRollout:
         input_ids = prompts.batch["input_ids"]
         attention_mask = prompts.batch["attention_mask"]
         token_ids, log_probs, _ = self._sample(input_ids, attention_mask, settings)
+        if settings.greedy:
+            token_ids, log_probs = repeat_greedy(token_ids, log_probs, settings.n)
         return assemble_rollout(
             input_ids,
             attention_mask,

@@ -9,13 +9,13 @@ from workers.rollout.base import ROLLOUT, SamplingSettings
 
 def vllm_sampling_params(settings: SamplingSettings):
     """The vLLM `SamplingParams` of one call; a value vLLM refuses raises ValueError
-    naming the rollout key."""
+    naming the rollout key. Greedy settings ask for one sample (see repeat_greedy)."""
     from vllm import SamplingParams
     from vllm.exceptions import VLLMValidationError
 
     try:
         return SamplingParams(
-            n=settings.n,
+            n=1 if settings.greedy else settings.n,  # vLLM refuses greedy n > 1: the caller repeats the one
             temperature=settings.temperature,
             top_p=settings.top_p,
             top_k=settings.top_k,

@@ -41,6 +41,7 @@ from workers.rollout.base import (
     engine_max_model_len,
     plain,
     prompt_token_lists,
+    repeat_greedy,
     sampling_settings,
 )
 from workers.rollout.multi_turn import MultiTurnLoop
@@ -186,7 +187,7 @@ class VLLMRollout:
         settings = sampling_settings(self.config, prompts.meta_info)
         input_ids = prompts.batch["input_ids"]
         attention_mask = prompts.batch["attention_mask"]
-        params = vllm_sampling_params(settings)
+        params = vllm_sampling_params(settings)  # greedy: one sample per prompt, repeated below
         requests = [TokensPrompt(prompt_token_ids=ids) for ids in prompt_token_lists(input_ids, attention_mask)]
         outputs = self.llm.generate(requests, params, use_tqdm=False)
         token_ids, log_probs = [], []
@@ -194,6 +195,8 @@ class VLLMRollout:
             for completion in request_output.outputs:
                 token_ids.append(list(completion.token_ids))
                 log_probs.append([step[tok].logprob for step, tok in zip(completion.logprobs, completion.token_ids)])
+        if settings.greedy:
+            token_ids, log_probs = repeat_greedy(token_ids, log_probs, settings.n)
         return assemble_rollout(
             input_ids,
             attention_mask,
