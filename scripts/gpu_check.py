@@ -17,19 +17,23 @@ Runs (each a subprocess; its metrics.jsonl is read back):
 
 - `tiny_cuda` / `tiny_cpu`: GAE with a critic, greedy rollouts, fp32, 2 steps, once on the GPU
   and once with trainer.device=cpu: the same config end to end on both devices (NCCL vs gloo,
-  the in-process worker group). Their numbers are not expected to agree: greedy decoding on a
-  random model's nearly flat logits picks other tokens on either device's rounding.
+  the in-process worker group). On the first lease the trainer ignored do_sample=false (since
+  fixed) and the devices sampled different tokens; greedy now, their numbers may still part
+  where the random model's nearly flat logits tie (the real-weights pair below does not).
 - `smol135_bf16`: GRPO in bf16 (mixed precision, bf16 engine), 3 steps: step time, MFU, memory.
 - `smol135_offload`: the same with parameter and optimizer offload: the first step's metrics
   must equal `smol135_bf16`'s, and the memory held between phases falls.
 - `smol135_liger`: the same with liger-kernel: losses close to `smol135_bf16`'s (other kernels).
 - `smol135_offload_policy`, `smol135_checkpointing`: FSDP2's CPUOffloadPolicy; gradient checkpointing.
+- `smol135_profile`: the bf16 run with the torch profiler on step 3 (verl's global_profiler keys);
+  the trace is summarised as the busiest kernels, CUDA runtime calls and CPU operators (not yet
+  run on a GPU: the first lease found the small update overhead-bound and did not profile it).
 - `smol1b7_bf16`: the larger architecture, for MFU.
 - `sft135`: the SFT trainer on the 135M architecture, 4 steps.
 
 `--default-job` runs `make run`'s job with the real weights, then `real_cuda` / `real_cpu`: the
-tiny pair's config with the real weights, whose confident greedy decoding gives both devices the
-same tokens, so that their losses and gradient norms can be compared (not yet run on a GPU). How it ran on a lent H200
+tiny pair's config with the real weights, whose confident greedy decoding should give both devices
+the same tokens, so that their losses and gradient norms compare (not yet run on a GPU). How it ran on a lent H200
 (docs/gpus_and_nodes.md has the results): the missing packages travel as wheels (`.whl`:
 hydra-core, omegaconf, antlr4-python3-runtime, tensordict, pyvers, codetiming, liger-kernel,
 gguf, dill), installed with `pip install --no-index --no-deps --target /tmp/site` and put on
@@ -171,6 +175,16 @@ def runs(models: dict, files: dict, work: Path) -> dict[str, tuple[list[str], di
         "smol135_liger": (smol + ["actor_rollout_ref.model.use_liger=true"], {}),
         "smol135_offload_policy": (smol + ["actor_rollout_ref.actor.fsdp_config.offload_policy=true"], {}),
         "smol135_checkpointing": (smol + ["actor_rollout_ref.model.enable_gradient_checkpointing=true"], {}),
+        "smol135_profile": (
+            smol
+            + [
+                "global_profiler.tool=torch",
+                "global_profiler.steps=[3]",
+                "actor_rollout_ref.actor.profiler.enable=true",
+                f"global_profiler.save_path={work / 'profile'}",
+            ],
+            {},
+        ),
         "smol1b7_bf16": (big, {}),
     }
 
@@ -293,6 +307,11 @@ def main() -> None:
             continue
         results[name] = run_one(name, run_args, args.work, args.out, args.timeout)
         print(name, results[name]["rc"], results[name]["seconds"], "s", results[name]["log_tail"], flush=True)
+        if name == "smol135_profile":
+            traces = sorted((args.work / "profile").rglob("*.json"))
+            results[name]["profile"] = [summarize_trace(path) for path in traces]
+            for table in results[name]["profile"]:
+                print(json.dumps(table, indent=1), flush=True)
     if not wanted or "sft135" in wanted:
         results["sft135"] = run_sft(models["smol135"], args.work, args.out, args.timeout)
     report = {"env": env, "models": models, "results": results, "summary": summary(results)}
@@ -301,6 +320,28 @@ def main() -> None:
     print()
     for name, text in report["summary"]:
         print(f"{name:32} {text}")
+
+
+def summarize_trace(path: Path, top: int = 12) -> dict:
+    """A chrome trace (one profiled step) as the milliseconds of its busiest names per category:
+    GPU kernels, CUDA runtime calls (launches) and CPU operators, with their counts and totals."""
+    events = json.loads(path.read_text()).get("traceEvents", [])
+    by_category: dict[str, dict[str, list[float]]] = {}
+    for event in events:
+        category, duration = event.get("cat"), event.get("dur")
+        if category in ("kernel", "cuda_runtime", "cpu_op") and duration is not None:
+            entry = by_category.setdefault(category, {}).setdefault(event.get("name", "?"), [0, 0.0])
+            entry[0] += 1
+            entry[1] += duration / 1000
+    table = {"trace": path.name}
+    for category, names in by_category.items():
+        ranked = sorted(names.items(), key=lambda item: -item[1][1])
+        table[category] = {
+            "total_ms": round(sum(ms for _, ms in names.values()), 1),
+            "calls": sum(count for count, _ in names.values()),
+            "top": [(name[:80], count, round(ms, 2)) for name, (count, ms) in ranked[:top]],
+        }
+    return table
 
 
 def run_sft(model: str, work: Path, out: Path, timeout: float) -> dict:
