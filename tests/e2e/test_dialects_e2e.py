@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.test_dialects import SKYRL_SEED_EXAMPLE
+from tests.unit.dialect_helpers import SKYRL_SEED_EXAMPLE
 
 pytestmark = pytest.mark.slow
 

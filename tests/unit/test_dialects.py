@@ -18,11 +18,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hybrid.config import ConfigError
 from hybrid.dialects import translate_argv
 from hybrid.dialects.table import hydra_value
-from tests.unit.dialect_helpers import REPO, ROLL_EXAMPLE, SKYRL_SEED_EXAMPLE, A, as_dict, skyrl, skyrl_error
-
-# Re-exported for the dialect tests that still import them from here instead of dialect_helpers.py.
-__all__ = ["REPO", "ROLL_EXAMPLE", "A", "SKYRL_SEED_EXAMPLE", "as_dict", "skyrl", "skyrl_error"]
-
+from tests.unit.dialect_helpers import REPO, ROLL_EXAMPLE
 
 # ---------------------------------------------------------------- the command line
 

@@ -11,7 +11,7 @@ import pytest
 
 from hybrid.config import build_config
 from hybrid.dialects import translate_argv
-from tests.unit.test_dialects import A, skyrl, skyrl_error
+from tests.unit.dialect_helpers import A, skyrl, skyrl_error
 from tests.unit.test_dialects_roll import roll, roll_error, roll_yaml
 
 AT = "async_training"

@@ -14,7 +14,7 @@ from hybrid.config import ConfigError, build_config
 from hybrid.dialects import translate_argv
 from hybrid.dialects.roll import translate_roll
 from reward.environments.registry import skyrl_registry
-from tests.unit.test_dialects import as_dict, skyrl, skyrl_error
+from tests.unit.dialect_helpers import as_dict, skyrl, skyrl_error
 
 REPO = Path(__file__).resolve().parents[2]
 ROLL_EXAMPLE = REPO / "examples" / "roll_grpo_arithmetic.yaml"

@@ -16,7 +16,7 @@ from hybrid.dialects import roll as roll_dialect
 from hybrid.dialects import translate_argv
 from hybrid.dialects.roll import parse_devices, translate_roll
 from hybrid.dialects.table import NO_DUAL_CLIP, Refusal
-from tests.unit.test_dialects import ROLL_EXAMPLE, A, as_dict
+from tests.unit.dialect_helpers import ROLL_EXAMPLE, A, as_dict
 
 # ---------------------------------------------------------------- ROLL mappings
 
