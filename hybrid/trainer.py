@@ -224,24 +224,7 @@ class PPOTrainer:
                 batch.pop(batch_keys=["old_log_probs"])  # as at the end of a step that trains
             return batch
         with timed("adv", timing):
-            if cfg.algorithm.use_kl_in_reward:
-                rewards, kl_metrics = kl_in_reward(
-                    batch.batch["token_level_scores"],
-                    batch.batch["old_log_probs"],
-                    batch.batch["ref_log_prob"],
-                    batch.batch["response_mask"],
-                    self.kl_ctrl,
-                    cfg.algorithm.kl_penalty,
-                )
-                batch.batch["token_level_rewards"] = rewards
-                metrics.update(kl_metrics)
-            else:
-                batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
-            clip_rewards_and_advantages(batch, cfg.algorithm, metrics)
-            if cfg.algorithm.use_pf_ppo:
-                # Seeded by step, so a resumed run draws the same rows.
-                generator = torch.Generator().manual_seed(cfg.trainer.seed * 1_000_003 + self.state.global_step)
-                batch = pf_ppo_resample(batch, cfg.algorithm.pf_ppo, generator)
+            batch = self._advantages(batch, metrics)
 
         if cfg.trainer.dump_data_batch:
             self.dump_batch(batch)
@@ -259,6 +242,30 @@ class PPOTrainer:
             # a gap of 0 over the actor's measured rollout/logp_abs_diff_*.
             batch.pop(batch_keys=["old_log_probs"])
         restore_response_mask(batch)  # the data metrics measure every response as generated
+        return batch
+
+    def _advantages(self, batch: DataProto, metrics: dict) -> DataProto:
+        """Rewards (the KL penalty in them when use_kl_in_reward), their clipping, the advantages,
+        and PF-PPO's resampling: the batch the updates train on."""
+        algorithm = self.config.algorithm
+        if algorithm.use_kl_in_reward:
+            rewards, kl_metrics = kl_in_reward(
+                batch.batch["token_level_scores"],
+                batch.batch["old_log_probs"],
+                batch.batch["ref_log_prob"],
+                batch.batch["response_mask"],
+                self.kl_ctrl,
+                algorithm.kl_penalty,
+            )
+            batch.batch["token_level_rewards"] = rewards
+            metrics.update(kl_metrics)
+        else:
+            batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
+        clip_rewards_and_advantages(batch, algorithm, metrics)
+        if algorithm.use_pf_ppo:
+            # Seeded by step, so a resumed run draws the same rows.
+            generator = torch.Generator().manual_seed(self.config.trainer.seed * 1_000_003 + self.state.global_step)
+            batch = pf_ppo_resample(batch, algorithm.pf_ppo, generator)
         return batch
 
     def _padded(self, batch: DataProto, section, role: str, metrics: dict) -> DataProto:
