@@ -35,14 +35,21 @@ def test_a_json_dict_on_the_command_line_is_read_or_refused_in_one_line():
 
     # SkyRL's launch scripts: engine_init_kwargs="$ENGINE_INIT_KWARGS" holding a JSON object
     argv = translate_argv(
-        ["--dialect", "skyrl", 'generator.inference_engine.engine_init_kwargs={"max_model_len": 4096, "x": [1, 2]}']
+        [
+            "--dialect",
+            "skyrl",
+            'generator.inference_engine.engine_init_kwargs={"max_model_len": 4096, "served_model_name": ["a", "b"]}',
+        ]
     )
     config = build_config(argv)
-    assert config.actor_rollout_ref.rollout.engine_kwargs.vllm == {"max_model_len": 4096, "x": [1, 2]}
+    assert config.actor_rollout_ref.rollout.engine_kwargs.vllm == {
+        "max_model_len": 4096,
+        "served_model_name": ["a", "b"],
+    }
     # the same in verl keys, and Hydra's own grammar for a whole free-form dict
-    for value in ('{"swap_space": 4}', "{swap_space: 4}"):
+    for value in ('{"cpu_offload_gb": 4}', "{cpu_offload_gb: 4}"):
         vllm = build_config([f"actor_rollout_ref.rollout.engine_kwargs.vllm={value}"]).actor_rollout_ref.rollout
-        assert vllm.engine_kwargs.vllm == {"swap_space": 4}
+        assert vllm.engine_kwargs.vllm == {"cpu_offload_gb": 4}
     for argv in (
         ["--dialect", "skyrl", 'generator.inference_engine.engine_init_kwargs={"a": 1'],
         ['actor_rollout_ref.rollout.engine_kwargs.vllm={"a": 1'],

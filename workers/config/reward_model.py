@@ -19,12 +19,14 @@ from protocol.config_schema import (
     Positive,
     PositiveInt,
     Problems,
+    valid,
 )
 from reward.config import fold_overlong_spellings
 from reward.manager import REWARD_MANAGER_REGISTRY
 from workers.config.batching import MicroBatching
 from workers.config.fields import FSDP
 from workers.config.model import FSDPConfig
+from workers.config.vllm_args import check_engine_kwargs
 
 
 # Choices read from the registries when a config is checked (a plug-in may add names).
@@ -158,6 +160,8 @@ class RewardModelConfig:
                 "reward_model.judge.base_url is read by the reward loop: set reward_model.enable=true and "
                 "reward_model.use_reward_loop=true, or remove it"
             )
+        if valid(self.rollout) and valid(self.rollout.engine_kwargs) and valid(self.rollout.engine_kwargs.vllm):
+            check_engine_kwargs("reward_model.rollout.engine_kwargs.vllm", self.rollout.engine_kwargs.vllm, problems)
         if self.judge.min_score > self.judge.max_score:
             problems.add(
                 f"reward_model.judge.min_score={self.judge.min_score} is above max_score={self.judge.max_score}"

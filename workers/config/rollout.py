@@ -23,6 +23,7 @@ from protocol.config_schema import (
     valid,
 )
 from workers.config.batching import LogProbBatching
+from workers.config.vllm_args import check_engine_kwargs
 
 
 @dataclass(frozen=True)
@@ -158,6 +159,14 @@ class RolloutConfig(LogProbBatching):
             problems.add(
                 f"{key}.agent.enable_http_endpoint=True serves the engine to agent loops, which run with "
                 f"{key}.mode='async' only; set mode=async"
+            )
+        engine_kwargs = self.engine_kwargs.vllm if valid(self.engine_kwargs) and valid(self.engine_kwargs.vllm) else {}
+        if engine_kwargs and self.name == "vllm":
+            check_engine_kwargs(f"{key}.engine_kwargs.vllm", engine_kwargs, problems)
+        elif engine_kwargs and self.name == "hf":
+            problems.add(
+                f"{key}.engine_kwargs.vllm gives {', '.join(sorted(map(str, engine_kwargs)))} for the vLLM engine, "
+                f"which {key}.name='hf' (transformers' generate) does not use; remove them or set name=vllm"
             )
         if self.name == "hf":
             for key in ("presence_penalty", "frequency_penalty"):
