@@ -2,7 +2,7 @@
 epochs end before trainer.total_training_steps, and the epoch the data loader's next batch comes
 from, which bounds the loop on a resumed run. The trainer's run steps themselves are checked in
 test_dialects_skyrl_off_policy.py; a run stopping at the epoch end in
-tests/integration/test_run_length.py. Nothing here loads a model."""
+tests/integration/test_epoch_end.py. Nothing here loads a model."""
 
 from __future__ import annotations
 
