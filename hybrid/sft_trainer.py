@@ -29,6 +29,7 @@ import sys
 import time
 
 from hybrid.checkpoint_folders import say
+from hybrid.run_length import epochs_ran_out, run_steps
 
 
 def run_sft(config) -> dict:
@@ -61,16 +62,21 @@ class SFTTrainer:
         self.val_set = SFTDataset(data.val_files, tokenizer, data, data.val_max_samples) if data.val_files else None
         sampler = RLSampler(len(self.train_set), shuffle=True, seed=config.trainer.seed)
         self.loader = StatefulDataLoader(self.train_set, data.train_batch_size, sampler, collate_fn=self.collate)
-        steps = config.trainer.total_training_steps
-        self.total_steps = int(steps) if steps else len(self.loader) * config.trainer.total_epochs
+        # As verl's SFT trainer: total_epochs passes, ended sooner by total_training_steps, which
+        # the learning-rate schedule spans even where the epochs end first.
+        self.length = run_steps(config.trainer, lambda: len(self.loader))
+        self.total_steps = self.length.steps
         self.say(
             f"sft: {len(self.train_set)} train samples ({self.train_set.token_count()} tokens), "
             f"{len(self.val_set) if self.val_set else 0} validation; {len(self.loader)} steps per epoch, "
             f"{self.total_steps} steps"
         )
+        note = epochs_ran_out(config.trainer, self.length)
+        if note is not None:
+            self.say(note)
         from workers.sft import SFTWorker
 
-        self.worker = SFTWorker(config, self.total_steps)
+        self.worker = SFTWorker(config, self.length.schedule_steps)
         self.worker.init_model()
 
     def say(self, line: str) -> None:

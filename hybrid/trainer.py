@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from typing import NamedTuple
 
 import torch
 from tqdm import tqdm
@@ -44,6 +43,7 @@ from hybrid.metrics import (
 )
 from hybrid.roles import build_worker_groups
 from hybrid.rollouts import Rollouts, timed
+from hybrid.run_length import epochs_ran_out, run_steps
 from hybrid.tracking import Tracking
 from hybrid.trainer_state import TrainerState
 from hybrid.validation import Validation
@@ -55,45 +55,6 @@ from workers.profiling import profiled_step
 def as_typed(config) -> HybridConfig:
     """The typed config; a composed DictConfig (tests, older scripts) is checked and converted."""
     return config if isinstance(config, HybridConfig) else typed_config(config)
-
-
-class RunLength(NamedTuple):
-    steps: int  # the steps the run trains
-    schedule_steps: int  # the steps the learning-rate schedules span
-    steps_per_epoch: int  # one pass over the training data
-
-
-def run_steps(trainer, steps_per_epoch) -> RunLength:
-    """The length of a run, as verl's fit decides it: its loop is over `trainer.total_epochs`
-    passes of the data and ends at step `trainer.total_training_steps` if that comes first, so
-    an explicit total_training_steps shortens a run, never lengthens it; the learning-rate
-    schedules span total_training_steps when given (verl writes it into the optimizers even when
-    the epochs end first), else total_epochs x `steps_per_epoch()`. `trainer.max_training_steps`
-    (SkyRL's cap) caps both: the run and its schedules end at the smaller."""
-    per_epoch = steps_per_epoch()
-    epoch_steps = per_epoch * int(trainer.total_epochs)
-    schedule = trainer.total_training_steps or epoch_steps
-    if trainer.max_training_steps:
-        schedule = min(schedule, int(trainer.max_training_steps))
-    return RunLength(min(schedule, epoch_steps), schedule, per_epoch)
-
-
-def epochs_ran_out(trainer, length: RunLength) -> str | None:
-    """The console line for a run that the epochs end before total_training_steps (or the
-    SkyRL cap) would; None otherwise."""
-    if length.steps >= length.schedule_steps:
-        return None
-    asked = (
-        f"trainer.max_training_steps={trainer.max_training_steps}"
-        if trainer.max_training_steps and int(trainer.max_training_steps) == length.schedule_steps
-        else f"trainer.total_training_steps={trainer.total_training_steps}"
-    )
-    return (
-        f"hybrid: the run ends with its epochs at step {length.steps}, before {asked}: "
-        f"trainer.total_epochs={trainer.total_epochs} x {length.steps_per_epoch} steps "
-        f"per epoch (as verl; the learning-rate schedules still span {length.schedule_steps} steps); "
-        f"raise trainer.total_epochs to train longer"
-    )
 
 
 class PPOTrainer:

@@ -19,7 +19,7 @@ import torch
 from tests.integration.sft_helpers import REPO, one_thread_env, tiny_sft_run, torchrun
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-LONG = 500  # steps: far more than run before the signal arrives
+LONG = 500  # steps (and epochs, which would end the run first): far more than run before the signal arrives
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +75,15 @@ def test_sigterm_saves_the_step_and_the_same_command_resumes(overrides, tmp_path
     out = tmp_path / "run"
     args = [*overrides, f"trainer.default_local_dir={out}"]
     done, step = _start_and_stop(
-        [sys.executable, "-m", "hybrid.sft_trainer", *args, f"trainer.total_training_steps={LONG}"], out
+        [
+            sys.executable,
+            "-m",
+            "hybrid.sft_trainer",
+            *args,
+            f"trainer.total_training_steps={LONG}",
+            f"trainer.total_epochs={LONG}",
+        ],
+        out,
     )
     assert done.returncode == 128 + signal.SIGTERM, done.stdout[-3000:]
     assert f"stopped by SIGTERM after step {step} of {LONG}; checkpoint: {out}/global_step_{step}" in done.stdout
@@ -95,7 +103,13 @@ def test_sigterm_to_one_rank_stops_both_at_the_same_step(overrides, tmp_path):
         raise AssertionError("torchrun started no rank 1")
 
     out = tmp_path / "run"
-    command = [*torchrun(2), *overrides, f"trainer.default_local_dir={out}", f"trainer.total_training_steps={LONG}"]
+    command = [
+        *torchrun(2),
+        *overrides,
+        f"trainer.default_local_dir={out}",
+        f"trainer.total_training_steps={LONG}",
+        f"trainer.total_epochs={LONG}",
+    ]
     done, step = _start_and_stop(command, out, rank_1)
     assert done.returncode != 0
     assert f"stopped by SIGTERM after step {step} of {LONG}; checkpoint: {out}/global_step_{step}" in done.stdout

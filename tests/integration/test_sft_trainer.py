@@ -85,6 +85,19 @@ def test_training_lowers_the_loss_saves_and_resumes(tiny_model_dir, sft_files, t
     assert second["first_loss"] < first["first_loss"] - 0.5
 
 
+def test_the_epochs_end_a_run_before_total_training_steps(tiny_model_dir, sft_files, tmp_path, capsys):
+    """As verl's SFT trainer: total_epochs passes at most; the schedule still spans the steps asked."""
+    from hybrid.sft_trainer import run_sft
+
+    sizes = ["data.train_batch_size=8", "trainer.total_epochs=1", "trainer.total_training_steps=12"]
+    summary = run_sft(_config(tiny_model_dir, sft_files, *sizes, f"trainer.default_local_dir={tmp_path / 'run'}"))
+    assert summary["steps"] == 8
+    assert (
+        "hybrid: the run ends with its epochs at step 8, before trainer.total_training_steps=12: "
+        "trainer.total_epochs=1 x 8 steps per epoch" in capsys.readouterr().out
+    )
+
+
 def test_verl_peft_example_runs_with_paths_and_sizes_changed(tiny_model_dir, tmp_path):
     """examples/sft/gsm8k_sft_peft.sh (verl's run_qwen_05_peft.sh) through torchrun, LoRA on
     GSM8K-shaped rows (prompt and response inside `extra_info`), then the merge tool."""

@@ -12,7 +12,7 @@ import pytest
 
 from hybrid.config import build_config
 from hybrid.dialects import translate_argv
-from hybrid.trainer import run_steps
+from hybrid.run_length import run_steps
 from tests.unit.dialect_helpers import A, skyrl
 
 ONE_STEP = ["trainer.train_batch_size=8", "trainer.policy_mini_batch_size=8", "trainer.update_epochs_per_batch=1"]

@@ -1,4 +1,4 @@
-"""How long a run is (hybrid/trainer.py run_steps, as verl's fit): the console line for a run the
+"""How long a run is (hybrid/run_length.py run_steps, as verl's fit): the console line for a run the
 epochs end before trainer.total_training_steps, and the epoch the data loader's next batch comes
 from, which bounds the loop on a resumed run. The trainer's run steps themselves are checked in
 test_dialects_skyrl_off_policy.py; a run stopping at the epoch end in
@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from hybrid.trainer import _next_epoch, epochs_ran_out, run_steps
+from hybrid.run_length import epochs_ran_out, run_steps
+from hybrid.trainer import _next_epoch
 
 
 def _trainer(total, epochs, cap=None):
