@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.checkpoint_helpers import assert_metrics_close, run_config, tiny_run
+from tests.integration.run_helpers import kill_session, processes_left
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -161,39 +162,6 @@ def _command_line(model_dir, files, root) -> list[str]:
         "trainer.save_freq=10",
         "trainer.merge_on_finish=false",
     ]
-
-
-def processes_left(proc) -> list[str]:
-    """Those of the ended run's session still alive after 20 s (Ray's own processes end
-    just after the driver)."""
-    deadline = time.time() + 20
-    while session_processes(proc.pid) and time.time() < deadline:
-        time.sleep(0.5)
-    return session_processes(proc.pid)
-
-
-def kill_session(proc) -> None:
-    """SIGKILL whatever the run's session still has, and reap the run."""
-    for line in session_processes(proc.pid):
-        os.kill(int(line.split()[0]), signal.SIGKILL)
-    proc.wait()
-
-
-def session_processes(sid: int) -> list[str]:
-    """'pid name' of every live process in session `sid` (read from /proc: Linux)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue  # ended while we looked
-        name_end = stat.rindex(")")
-        fields = stat[name_end + 2 :].split()  # state, ppid, pgrp, session, ...
-        if fields[0] != "Z" and int(fields[3]) == sid:
-            found.append(f"{entry} {stat[stat.index('(') + 1 : name_end]}")
-    return found
 
 
 def test_sigterm_through_the_command_line_with_ray(tiny_model_dir, arithmetic_files, tmp_path):

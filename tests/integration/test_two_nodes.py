@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_worker_death import clean_env, command_line, wait_for_steps
+from tests.integration.run_helpers import clean_env, command_line, wait_for_steps
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

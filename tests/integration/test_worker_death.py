@@ -17,14 +17,19 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.integration.checkpoint_helpers import tiny_run
-from tests.integration.test_preemption import kill_session, processes_left, session_processes
+from tests.integration.run_helpers import (
+    clean_env,
+    command_line,
+    kill_session,
+    processes_left,
+    session_processes,
+    wait_for_steps,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -36,41 +41,6 @@ def arithmetic_files(tmp_path_factory):
     from hybrid.arithmetic_task import write_arithmetic_parquet
 
     return write_arithmetic_parquet(tmp_path_factory.mktemp("arith"), n_train=32, n_val=8, seed=3)
-
-
-def command_line(model_dir, files, root, *extra, ranks: int = 2) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "hybrid.main_ppo",
-        *tiny_run(model_dir, files, root),
-        f"trainer.n_gpus_per_node={ranks}",
-        "trainer.worker_group=ray",
-        "trainer.total_training_steps=200",
-        "trainer.total_epochs=25",  # 8 steps an epoch (32 rows / 4): a run that outlasts the kill
-        "trainer.save_freq=-1",
-        "trainer.merge_on_finish=false",
-        "trainer.plot_on_finish=false",
-        *extra,
-    ]
-
-
-def clean_env(**extra) -> dict:
-    env = dict(
-        os.environ, TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")
-    )
-    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "RAY_ADDRESS"):
-        env.pop(key, None)  # left by earlier in-process worker groups of this pytest process
-    env.update(extra)
-    return env
-
-
-def wait_for_steps(proc, metrics: Path, steps: int, timeout_s: float = 300) -> None:
-    deadline = time.time() + timeout_s
-    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= steps):
-        assert proc.poll() is None, f"the run ended early ({proc.returncode}): {proc.communicate()[1][-3000:]}"
-        assert time.time() < deadline, f"step {steps} never finished"
-        time.sleep(0.2)
 
 
 def worker_pid(sid: int, rank: int) -> int:
