@@ -13,28 +13,27 @@ class RunLength(NamedTuple):
     steps_per_epoch: int  # one pass over the training data
 
 
-def run_steps(trainer, steps_per_epoch) -> RunLength:
+def run_steps(trainer, steps_per_epoch, cap: int | None = None) -> RunLength:
     """The length of a run, as verl's fit decides it: its loop is over `trainer.total_epochs`
     passes of the data and ends at step `trainer.total_training_steps` if that comes first, so
     an explicit total_training_steps shortens a run, never lengthens it; the learning-rate
     schedules span total_training_steps when given (verl writes it into the optimizers even when
     the epochs end first), else total_epochs x `steps_per_epoch()`. `trainer.max_training_steps`
-    (SkyRL's cap) caps both: the run and its schedules end at the smaller."""
+    (SkyRL's cap, given as `cap`; the SFT trainer has none) caps both: the run and its schedules
+    end at the smaller."""
     per_epoch = steps_per_epoch()
     epoch_steps = per_epoch * int(trainer.total_epochs)
     schedule = trainer.total_training_steps or epoch_steps
-    cap = getattr(trainer, "max_training_steps", None)  # the SFT trainer has none
     if cap:
         schedule = min(schedule, int(cap))
     return RunLength(min(schedule, epoch_steps), schedule, per_epoch)
 
 
-def epochs_ran_out(trainer, length: RunLength) -> str | None:
+def epochs_ran_out(trainer, length: RunLength, cap: int | None = None) -> str | None:
     """The console line for a run that the epochs end before total_training_steps (or the
     SkyRL cap) would; None otherwise."""
     if length.steps >= length.schedule_steps:
         return None
-    cap = getattr(trainer, "max_training_steps", None)
     asked = (
         f"trainer.max_training_steps={cap}"
         if cap and int(cap) == length.schedule_steps

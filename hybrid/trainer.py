@@ -68,7 +68,9 @@ class PPOTrainer:
         self.use_reference_policy = config.use_reference_policy
         self.world_size = config.world_size
         self.kl_ctrl = get_kl_controller(config.algorithm.kl_ctrl) if config.algorithm.use_kl_in_reward else None
-        self.length = run_steps(config.trainer, lambda: self.steps_per_epoch(config, train_dataloader))
+        self.length = run_steps(
+            config.trainer, lambda: self.steps_per_epoch(config, train_dataloader), config.trainer.max_training_steps
+        )
         self.total_training_steps = self.length.steps
         # The learning-rate schedules span the run (verl: total_training_steps when given, even
         # past the epochs' end) unless their own key says otherwise.
@@ -323,7 +325,7 @@ class PPOTrainer:
             )
             self.tracker.finish()
             return {"val_before": {}, "val_after": {}, "steps": self.state.global_step}
-        note = epochs_ran_out(cfg.trainer, self.length)
+        note = epochs_ran_out(cfg.trainer, self.length, cfg.trainer.max_training_steps)
         if note is not None:
             print(note, flush=True)
         first_val = {}

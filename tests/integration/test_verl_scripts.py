@@ -1,5 +1,5 @@
 """verl's own example scripts, one step each on the tiny model: the override lists of
-twelve FSDP + vLLM `main_ppo` scripts (nine trained here, three composed and checked only:
+twelve FSDP + vLLM `main_ppo` scripts (six trained here, six composed and checked only:
 COMPOSE_ONLY says where their step is trained) (tests/integration/verl_scripts.py: GRPO with a KL
 loss, PPO with a critic and Ulysses over two ranks, token-budget batches, ReMax, RLOO,
 REINFORCE++ with baseline, GPG, rollout correction in bypass mode and with rejection
@@ -75,6 +75,14 @@ COMPOSE_ONLY = {
     # checks by hand.
     "rloo_trainer_run_qwen2-7b",
     "reinforce_plus_plus_trainer_run_qwen2-7b_math_rf_baseline",
+    # PPO with a critic on one rank: test_trainer's GAE cases and examples/ppo_arithmetic.sh
+    # (test_examples.py) train it.
+    "ppo_trainer_run_gemma",
+    # GPG's and GMPO's losses are checked against verl 0.9.1's functions to 1e-6
+    # (tests/unit/test_verl_oracle_losses.py) and by hand (test_losses.py); DAPO's reward
+    # manager and overlong buffer train in examples/dapo_arithmetic.sh (test_examples.py).
+    "gpg_trainer_run_qwen2-7b_math",
+    "gmpo_trainer_test_dapo_7b_math",
 }
 
 

@@ -145,6 +145,6 @@ def test_max_training_steps_caps_skyrls_epochs():
     ],
 )
 def test_run_steps_is_the_smaller_of_the_run_and_the_cap(total, epochs, cap, per_epoch, expected):
-    trainer = SimpleNamespace(total_training_steps=total, total_epochs=epochs, max_training_steps=cap)
-    length = run_steps(trainer, lambda: per_epoch)
+    trainer = SimpleNamespace(total_training_steps=total, total_epochs=epochs)
+    length = run_steps(trainer, lambda: per_epoch, cap)
     assert (length.steps, length.schedule_steps) == expected and length.steps_per_epoch == per_epoch

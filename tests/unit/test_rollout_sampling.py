@@ -136,6 +136,10 @@ def test_greedy_training_call_keeps_penalties_and_stops(typed):
         0.0,
     )
     assert sampling_settings(cfg, {"n": 5}).n == 5
+    # a greedy call the driver asks for itself (ReMax's baseline) takes one sample per prompt
+    sampling = rollout_section(*SAMPLING_OVERRIDES, typed=typed)
+    assert sampling_settings(sampling, {"do_sample": False}).n == 1
+    assert sampling_settings(sampling, {"do_sample": False}).greedy
     params = vllm_sampling_params(settings)  # one greedy sample: the engine repeats it
     assert params.temperature == 0.0 and params.n == 1
     assert params.repetition_penalty == pytest.approx(1.3) and params.presence_penalty == pytest.approx(0.4)

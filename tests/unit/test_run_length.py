@@ -12,21 +12,21 @@ from hybrid.run_length import epochs_ran_out, run_steps
 from hybrid.trainer import _next_epoch
 
 
-def _trainer(total, epochs, cap=None):
-    return SimpleNamespace(total_training_steps=total, total_epochs=epochs, max_training_steps=cap)
+def _trainer(total, epochs):
+    return SimpleNamespace(total_training_steps=total, total_epochs=epochs)
 
 
 def test_the_console_says_when_the_epochs_end_the_run_first():
-    trainer = _trainer(100, 2, None)
+    trainer = _trainer(100, 2)
     assert epochs_ran_out(trainer, run_steps(trainer, lambda: 8)) == (
         "hybrid: the run ends with its epochs at step 16, before trainer.total_training_steps=100: "
         "trainer.total_epochs=2 x 8 steps per epoch (as verl; the learning-rate schedules still span 100 steps); "
         "raise trainer.total_epochs to train longer"
     )
-    capped = _trainer(None, 1, 20)  # SkyRL: epochs with a larger max_training_steps end at the epoch, silently
-    assert epochs_ran_out(capped, run_steps(capped, lambda: 8)) is None
-    both = _trainer(100, 1, 20)
-    assert "before trainer.max_training_steps=20:" in epochs_ran_out(both, run_steps(both, lambda: 8))
+    capped = _trainer(None, 1)  # SkyRL: epochs with a larger max_training_steps end at the epoch, silently
+    assert epochs_ran_out(capped, run_steps(capped, lambda: 8, cap=20), cap=20) is None
+    both = _trainer(100, 1)
+    assert "before trainer.max_training_steps=20:" in epochs_ran_out(both, run_steps(both, lambda: 8, cap=20), cap=20)
     default_job = _trainer(30, 1)  # 2000 rows / 8: 250 steps an epoch
     assert epochs_ran_out(default_job, run_steps(default_job, lambda: 250)) is None
 

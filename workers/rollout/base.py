@@ -141,8 +141,9 @@ def sampling_settings(config: RolloutConfig, meta_info: dict) -> SamplingSetting
     from `val_kwargs`, and is greedy with one sample when `val_kwargs.do_sample` is false
     or its temperature is 0; training may be made greedy by `do_sample=False` (config or
     meta_info) and takes n and temperature from meta_info when given. Greedy means
-    temperature 0 and no top-k/top-p/min-p filter, with one sample in validation and n
-    identical ones in training. The other SamplingParams
+    temperature 0 and no top-k/top-p/min-p filter, with one sample in validation and in a
+    call whose meta_info asks for do_sample=False (unless it gives n), and n identical ones in
+    training made greedy by the config. The other SamplingParams
     keys (min_p, repetition/presence/frequency penalty, stop, stop_token_ids, ignore_eos)
     come from the rollout section in every mode; the penalties and stops also apply to
     greedy decoding, as in vLLM.
@@ -170,9 +171,12 @@ def sampling_settings(config: RolloutConfig, meta_info: dict) -> SamplingSetting
             greedy=False,
             **common,
         )
+    if "do_sample" in meta_info and not meta_info["do_sample"]:
+        # A greedy call the driver asks for (ReMax's baseline): one sample per prompt, as verl's.
+        return SamplingSettings(**{**greedy_filters, "n": int(meta_info.get("n", 1))}, **common)
     if not meta_info.get("do_sample", config.do_sample):
-        # verl repeats each prompt n times and decodes every copy greedily: n identical samples,
-        # so the groups keep their size (the engines decode once and repeat: repeat_greedy).
+        # rollout.do_sample=false: verl repeats each prompt n times and decodes every copy greedily,
+        # n identical samples, so the groups keep their size (the engines decode once: repeat_greedy).
         return SamplingSettings(**{**greedy_filters, "n": int(meta_info.get("n", config.n))}, **common)
     return SamplingSettings(
         n=int(meta_info.get("n", config.n)),
