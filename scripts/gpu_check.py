@@ -31,9 +31,10 @@ Runs (each a subprocess; its metrics.jsonl is read back):
 - `smol1b7_bf16`: the larger architecture, for MFU.
 - `sft135`: the SFT trainer on the 135M architecture, 4 steps.
 
-`--default-job` runs `make run`'s job with the real weights, then `real_cuda` / `real_cpu`: the
-tiny pair's config with the real weights, whose confident greedy decoding should give both devices
-the same tokens, so that their losses and gradient norms compare (not yet run on a GPU). How it ran on a lent H200
+`--default-job` runs `make run`'s job with the real weights (step 3's actor profiled), then
+`real_cuda` / `real_cpu`: the tiny pair's config with the real weights, whose confident greedy
+decoding should give both devices the same tokens, so that their losses and gradient norms
+compare (not yet run on a GPU). How it ran on a lent H200
 (docs/gpus_and_nodes.md has the results): the missing packages travel as wheels (`.whl`:
 hydra-core, omegaconf, antlr4-python3-runtime, tensordict, pyvers, codetiming, liger-kernel,
 gguf, dill), installed with `pip install --no-index --no-deps --target /tmp/site` and put on
@@ -159,6 +160,16 @@ def device_pair_args(model: str, files: dict, lr: float) -> list[str]:
     ]
 
 
+def profile_args(save_path: Path, step: int = 3) -> list[str]:
+    """verl's global_profiler keys: the torch profiler on the actor for one step."""
+    return [
+        "global_profiler.tool=torch",
+        f"global_profiler.steps=[{step}]",
+        "actor_rollout_ref.actor.profiler.enable=true",
+        f"global_profiler.save_path={save_path}",
+    ]
+
+
 def runs(models: dict, files: dict, work: Path) -> dict[str, tuple[list[str], dict]]:
     tiny = device_pair_args(models["tiny"], files, lr=1e-3)
     smol = ppo_args(models["smol135"], files, batch=32, n=4, response=128, steps=3)
@@ -175,16 +186,7 @@ def runs(models: dict, files: dict, work: Path) -> dict[str, tuple[list[str], di
         "smol135_liger": (smol + ["actor_rollout_ref.model.use_liger=true"], {}),
         "smol135_offload_policy": (smol + ["actor_rollout_ref.actor.fsdp_config.offload_policy=true"], {}),
         "smol135_checkpointing": (smol + ["actor_rollout_ref.model.enable_gradient_checkpointing=true"], {}),
-        "smol135_profile": (
-            smol
-            + [
-                "global_profiler.tool=torch",
-                "global_profiler.steps=[3]",
-                "actor_rollout_ref.actor.profiler.enable=true",
-                f"global_profiler.save_path={work / 'profile'}",
-            ],
-            {},
-        ),
+        "smol135_profile": (smol + profile_args(work / "profile"), {}),
         "smol1b7_bf16": (big, {}),
     }
 
@@ -278,6 +280,8 @@ def main() -> None:
             vals = {k: round(float(v), 3) for k, v in step.items() if k.startswith("val-core/")}
             if vals:
                 print(step["step"], vals)
+        for table in results["default_job"]["profile"]:
+            print(json.dumps(table, indent=1), flush=True)
         for name, text in summary(results):
             print(f"{name:32} {text}")
         return
@@ -374,7 +378,10 @@ def run_default_job(assets: Path, work: Path, out: Path, timeout: float) -> dict
         "trainer.merge_on_finish=false",
         "trainer.plot_on_finish=false",
     ]
+    # Step 3's update profiled: the first lease measured this small update overhead-bound.
+    args += profile_args(work / "profile_default")
     results = {"default_job": run_one("default_job", args, work, out, timeout)}
+    results["default_job"]["profile"] = [summarize_trace(p) for p in sorted((work / "profile_default").rglob("*.json"))]
     # The same fp32 config on the GPU and on its host: with the real weights greedy decoding is
     # confident, so both devices generate the same tokens and the step metrics can be compared.
     pair = device_pair_args(str(model), data_files(work), lr=1e-5)
