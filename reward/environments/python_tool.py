@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from typing import Any
 
 # Run inside the child before the model's code (read from stdin).
@@ -55,8 +56,22 @@ exec(compile(tree, "<tool>", "exec"), {"__name__": "__main__", "__show__": __sho
 """
 
 
-def run_python(code: str, timeout_s: float = 5.0, memory_mb: int = 512) -> str:
-    """The answer text of running `code` (see the module docstring)."""
+@dataclass(frozen=True)
+class PythonRun:
+    """What one run of `execute_python` gave: exit status (None when it timed out), stdout, stderr."""
+
+    returncode: int | None
+    stdout: str
+    stderr: str
+
+    @property
+    def timed_out(self) -> bool:
+        return self.returncode is None
+
+
+def execute_python(code: str, timeout_s: float = 5.0, memory_mb: int = 512) -> PythonRun:
+    """Run `code` in the limited child (see the module docstring); the reward scorers that
+    run programs (reward/scorers/roll_code.py) read the exit status from here."""
     cpu_s = max(1, int(timeout_s) + 1)
     with tempfile.TemporaryDirectory(prefix="python_tool_") as workdir:
         process = subprocess.Popen(
@@ -74,10 +89,19 @@ def run_python(code: str, timeout_s: float = 5.0, memory_mb: int = 512) -> str:
         except subprocess.TimeoutExpired:
             # The session holds anything the code started; kill all of it.
             os.killpg(process.pid, signal.SIGKILL)
-            process.communicate()
-            return f"Error: timed out after {timeout_s:g} s"
-    if process.returncode != 0:
-        last = (err.strip().splitlines() or [f"exit status {process.returncode}"])[-1]
+            out, err = process.communicate()
+            return PythonRun(None, out, err)
+    return PythonRun(process.returncode, out, err)
+
+
+def run_python(code: str, timeout_s: float = 5.0, memory_mb: int = 512) -> str:
+    """The answer text of running `code` (see the module docstring)."""
+    run = execute_python(code, timeout_s, memory_mb)
+    if run.timed_out:
+        return f"Error: timed out after {timeout_s:g} s"
+    out, err = run.stdout, run.stderr
+    if run.returncode != 0:
+        last = (err.strip().splitlines() or [f"exit status {run.returncode}"])[-1]
         return (out + ("\n" if out and not out.endswith("\n") else "") + f"Error: {last}").strip()
     return out.strip() or "(no output)"
 
