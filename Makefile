@@ -38,7 +38,7 @@ lint: install
 	$(PY) -m ruff format --check .
 
 test: install lint
-	$(PY) -m pytest -q -ra tests
+	$(PY) -m pytest -q -ra --durations=40 tests
 
 test-fast: install lint
 	$(PY) -m pytest -q -ra -m "not slow" tests

@@ -70,7 +70,7 @@ COMPOSE_ONLY = {
     # trains the same (plus PF-PPO) through Ray, and the sequence-parallel e2e checks its numbers.
     "ppo_trainer_run_deepseek7b_llm_sp2",
     # The GRPO script with another outcome estimator: RLOO is trained by the rollout-correction
-    # script below and examples/rloo_arithmetic.sh (test_examples.py); REINFORCE++-baseline
+    # script below; REINFORCE++-baseline
     # differs from the trained scripts only in the estimator, which tests/unit/test_core_algos.py
     # checks by hand.
     "rloo_trainer_run_qwen2-7b",
