@@ -89,7 +89,11 @@ subprocess.Popen = None
 for _name in ("ipdb", "joblib", "resource", "psutil", "tkinter"):
     sys.modules[_name] = None
 sys.stdin = _NoInput()
-exec(compile(PROGRAM, "<solution>", "exec"), {})
+try:
+    exec(compile(PROGRAM, "<solution>", "exec"), {})
+except BaseException:
+    # ROLL records any BaseException as a failure, SystemExit(0) included.
+    raise SystemExit(1)
 """
 # Runs a text test as ROLL's run_text_tests does: exec() in the worker's module with the
 # function's locals. (Not asyncio: the child's network block leaves ssl, which it imports, unusable.)

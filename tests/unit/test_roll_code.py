@@ -58,6 +58,8 @@ def test_programs_run_as_roll_runs_them():
     assert score(main_block, row) == 1.0
     guarded = "import os\ndef add(a, b):\n    os.getcwd()\n    return a + b"
     assert score(guarded, row) == 0.0
+    # ROLL counts any BaseException as a failure: leaving with sys.exit(0) does not pass
+    assert score("import sys\ndef add(a, b):\n    return a + b\nsys.exit(0)", row) == 0.0
 
 
 def test_check_based_row():
