@@ -207,6 +207,11 @@ class AsyncPPOTrainer(PPOTrainer):
 
     def _step_metrics(self, batch, metrics: dict, timing: dict, last_step: bool) -> dict:
         val = super()._step_metrics(batch, metrics, timing, last_step)
+        self._idle_shares(metrics, timing)
+        return val
+
+    def _idle_shares(self, metrics: dict, timing: dict) -> None:
+        """The trainer's share of the step spent waiting for data, the engines' spent idle."""
         step_s = timing.get("step", 0.0)
         metrics["async/trainer_idle_share"] = timing.get("async_wait", 0.0) / step_s if step_s > 0 else 0.0
         busy = self.engines.busy_seconds()
@@ -215,7 +220,6 @@ class AsyncPPOTrainer(PPOTrainer):
                 0.0, 1.0 - (busy - self._engine_busy) / (step_s * self.engines.count)
             )
             self._engine_busy = busy
-        return val
 
 
 __all__ = ["AsyncPPOTrainer"]

@@ -32,6 +32,7 @@ class EnginePool:
         self.engines: list = []
         self.in_flight = [0] * self.count
         self.dtype = None
+        self.initial_version = -1  # start(): the version the engines serve before any push
         self._tp = tp
 
     def start(self) -> None:
@@ -45,7 +46,10 @@ class EnginePool:
         )
         arr = self.config.actor_rollout_ref
         self.engines = [remote.remote(arr, engine_index=i) for i in range(self.count)]
-        ray.get([engine.init_engine.remote() for engine in self.engines])
+        started = ray.get([engine.init_engine.remote() for engine in self.engines])
+        # The version every engine serves before any push: 0 with a load format that reads the
+        # model folder, -1 (none) with a dummy one.
+        self.initial_version = min(int(info["version"]) for info in started)
         self.dtype = ray.get(self.engines[0].engine_dtype.remote())
 
     def set_reward_loop(self, handles: list, use_reward_fn: bool, reward_fn_key: str) -> None:
@@ -57,6 +61,14 @@ class EnginePool:
         exported = actor_wg.export_weights(self.dtype)
         (weights,) = exported[0]  # rank 0's one-element list: the object store reference
         ray.get([engine.load_weights.remote(version, weights, abort=self.abort_on_push) for engine in self.engines])
+        self.version = int(version)
+        return time.perf_counter() - start
+
+    def simulate_push(self, version: int, seconds: float) -> float:
+        """A push without weights (async_training.simulate_training): every engine pauses as
+        for `push`, holds `seconds`, and serves its same weights as `version`; seconds taken."""
+        start = time.perf_counter()
+        ray.get([engine.simulate_sync.remote(version, seconds, abort=self.abort_on_push) for engine in self.engines])
         self.version = int(version)
         return time.perf_counter() - start
 

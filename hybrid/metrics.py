@@ -120,6 +120,20 @@ def compute_data_metrics(batch: DataProto, use_critic: bool) -> dict[str, float]
     return metrics
 
 
+def compute_rollout_data_metrics(batch: DataProto) -> dict[str, float]:
+    """The part of compute_data_metrics that needs no training pass: scores (per-sequence
+    sums) and lengths. What async_training.simulate_training (hybrid/async_sim.py) reports,
+    where no advantages, returns or rewards beyond the scores are computed."""
+    _require(batch, ["token_level_scores"], "compute_rollout_data_metrics")
+    prompt_length, response_length, max_prompt_length, max_response_length = _lengths(batch)
+    metrics = _stats("critic/score", batch.batch["token_level_scores"].sum(-1))
+    metrics.update(_stats("response_length", response_length))
+    metrics["response_length/clip_ratio"] = torch.eq(response_length, max_response_length).float().mean().item()
+    metrics.update(_stats("prompt_length", prompt_length))
+    metrics["prompt_length/clip_ratio"] = torch.eq(prompt_length, max_prompt_length).float().mean().item()
+    return metrics
+
+
 def compute_timing_metrics(batch: DataProto, timing_raw: dict[str, float]) -> dict[str, float]:
     """`timing_s/<phase>` for every timed phase, and `timing_per_token_ms/<phase>` for the
     phases whose cost scales with tokens: `gen` per response token, the forward/backward

@@ -94,7 +94,9 @@ def run_ppo(config) -> dict:
     os.makedirs(config.trainer.default_local_dir, exist_ok=True)
     # The engines' own log lines go to files there (workers/engine_logs.py), not the console.
     os.environ[ENGINE_LOG_DIR_ENV] = os.path.abspath(config.trainer.default_local_dir)
-    if config.async_mode is not None:
+    if config.async_training.simulate_training:
+        from hybrid.async_sim import SimulatedAsyncTrainer as trainer_cls
+    elif config.async_mode is not None:
         from hybrid.async_trainer import AsyncPPOTrainer as trainer_cls
     else:
         trainer_cls = PPOTrainer

@@ -444,10 +444,14 @@ class PPOTrainer:
         self.tracker.log(metrics, step=self.state.global_step, backends=["console"])
         self.after_step(metrics)
         # Measured after validation and the checkpoint: the step's whole footprint.
-        metrics.update(compute_memory_metrics(process_stats(), self.actor_rollout_wg.memory_stats()))
+        metrics.update(compute_memory_metrics(process_stats(), self.worker_memory_stats()))
         others = [name for name in self.tracker.loggers if name != "console"]
         self.tracker.log(metrics, step=self.state.global_step, backends=others)
         self.history.append({"step": self.state.global_step, **metrics})
+
+    def worker_memory_stats(self) -> list:
+        """Each training rank's memory (`Worker.memory_stats`)."""
+        return self.actor_rollout_wg.memory_stats()
 
     def after_step(self, metrics: dict) -> None:
         """Checkpoint every trainer.save_freq steps and at the last step, and export a Hugging Face

@@ -27,12 +27,16 @@ versions are stamped per token. The version changes only on the actor's loop whi
 driver is paused, after the loop has woken every coroutine whose request returned (see
 `_load_async`), so a turn's stamp is the version that sampled all of its tokens. A mode=sync
 load waits for the batched call in progress, and goes before the calls queued behind it.
+
+`simulate_sync` is a load without weights (async_training.simulate_training, SkyRL's simulated
+trainer): the same pause, a sleep where the load would be, the new version, the same resume.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -139,15 +143,25 @@ class RolloutEngineWorker:
         # Shielded: a cancelled caller must not leave the driver paused or the lock held.
         return await asyncio.shield(asyncio.ensure_future(self._load(int(version), weights, bool(abort))))
 
-    async def _load(self, version: int, weights, abort: bool) -> float:
+    async def simulate_sync(self, version: int, seconds: float, abort: bool = False) -> float:
+        """A weight push with no weights (async_training.simulate_training): generation pauses
+        as for `load_weights`, stays paused `seconds` (SkyRL's simulate_weight_sync_seconds)
+        where the load would run, then serves the same weights as `version`; returns the seconds."""
+        self._require_engine("simulate_sync")
+        hold = float(seconds)
+        return await asyncio.shield(asyncio.ensure_future(self._load(int(version), None, bool(abort), hold)))
+
+    async def _load(self, version: int, weights, abort: bool, hold_s: float | None = None) -> float:
+        """`weights` loaded as `version`; with `hold_s` (simulate_sync) a sleep instead of a load."""
         start = time.perf_counter()
+        apply = functools.partial(self._update, weights) if hold_s is None else functools.partial(time.sleep, hold_s)
         async with self._the_gate().hold(load=True):
             try:
                 if self.driver is None:
-                    await asyncio.to_thread(self._update, weights)
+                    await asyncio.to_thread(apply)
                     self._version = version
                 else:
-                    await self._load_async(version, weights, abort)
+                    await self._load_async(version, apply, abort)
             except BaseException as error:
                 # Half-loaded weights are nobody's policy: the worker serves no more calls.
                 self._failure = error
@@ -157,14 +171,14 @@ class RolloutEngineWorker:
         self._load_s += seconds
         return seconds
 
-    async def _load_async(self, version: int, weights, abort: bool) -> None:
+    async def _load_async(self, version: int, apply, abort: bool) -> None:
         # pause() returns once no request is in the engine; the outputs (or aborts) of those
         # requests were handed to this loop before it returned, so their coroutines wake (and
         # read the old version) before this one does. The new version is set before resume():
         # a request admitted after it is stamped with the new one.
         await asyncio.to_thread(self.driver.pause, abort)
         try:
-            await asyncio.to_thread(self._update, weights)
+            await asyncio.to_thread(apply)
             self._version = version
         except BaseException:
             # Closing the driver fails every request queued or retried: no trajectory samples
@@ -271,6 +285,10 @@ def _hf_config(model):
     from transformers import AutoConfig
 
     hf_config = AutoConfig.from_pretrained(model.path, trust_remote_code=bool(model.trust_remote_code))
+    if model.language_model_only:  # the trained language model's (HF generate builds that class)
+        from workers.language_model import text_config_of
+
+        hf_config = text_config_of(hf_config)
     for key, value in dict(model.override_config or {}).items():
         setattr(hf_config, key, value)
     return hf_config

@@ -17,6 +17,8 @@ def check_async(config: HybridConfig, problems: Problems) -> None:
     arr, placement, at = config.actor_rollout_ref, config.rollout, config.async_training
     if not valid(arr.hybrid_engine, placement.n_gpus_per_node, at.mode):
         return
+    if at.simulate_training is True:
+        _check_simulated(config, problems)
     if arr.hybrid_engine is True:
         if at.mode is not None:
             problems.add(
@@ -75,6 +77,41 @@ def _check_features(config: HybridConfig, mode: str, problems: Problems) -> None
                 f"{arr.actor.ppo_mini_batch_size} x {ARR}.rollout.n={arr.rollout.n} = {samples} samples per trainer "
                 f"step do not split evenly over the {world} training ranks"
             )
+
+
+def _check_simulated(config: HybridConfig, problems: Problems) -> None:
+    """async_training.simulate_training (SkyRL's simulated trainer, hybrid/async_sim.py) builds no
+    trainer model: only the fully async schedule, and nothing that needs the trainer's weights."""
+    mode = config.async_mode
+    if mode != "fully_async":
+        problems.add(
+            f"{AT}.simulate_training=true simulates the steps of the fully async trainer only (here {AT}.mode="
+            f"{fmt(mode)}): set {ARR}.hybrid_engine=false and {AT}.mode=fully_async, or simulate_training=false"
+        )
+        return
+    trainer = config.trainer
+    if not valid(trainer.test_freq, trainer.save_freq, trainer.hf_save_freq, trainer.resume_mode):
+        return
+    # What SkyRL's FullyAsyncTrainerSim asserts, for the same reason: there are no trainer models.
+    why = "the simulated trainer builds no trainer model"
+    needs = (
+        (trainer.test_freq > 0, f"trainer.test_freq={trainer.test_freq}", "-1 (the weights never change: {why})"),
+        (trainer.val_before_train is True, "trainer.val_before_train=true", "false (the weights never change: {why})"),
+        (trainer.save_freq > 0, f"trainer.save_freq={trainer.save_freq}", "-1 (nothing to save: {why})"),
+        (trainer.hf_save_freq > 0, f"trainer.hf_save_freq={trainer.hf_save_freq}", "-1 (nothing to export: {why})"),
+        (trainer.merge_on_finish is True, "trainer.merge_on_finish=true", "false or null (nothing to merge: {why})"),
+        (trainer.resume_mode != "disable", f"trainer.resume_mode={fmt(trainer.resume_mode)}", "disable ({why})"),
+        (config.use_critic, "a critic (critic.enable or adv_estimator=gae)", "none ({why})"),
+        (config.reward_model.enable is True, "reward_model.enable=true", "false (no reward model worker is built)"),
+        (
+            config.global_profiler.tool is not None,
+            f"global_profiler.tool={fmt(config.global_profiler.tool)}",
+            "null (no trainer worker to profile)",
+        ),
+    )
+    for given, what, fix in needs:
+        if given:
+            problems.add(f"{AT}.simulate_training=true with {what}: set it to {fix.format(why=why)}")
 
 
 def _check_fits(config: HybridConfig, problems: Problems) -> None:

@@ -290,6 +290,10 @@ class AsyncTrainingConfig:
         bool, Fixed((False,), "hybrid validates on the rollout engines, which hold the latest weights after a push")
     ]
     checkpoint_engine: CheckpointEngineConfig
+    # SkyRL's simulated trainer (hybrid/async_sim.py): generation for real, each step a sleep.
+    simulate_training: bool
+    simulate_training_step_seconds: Annotated[float, NonNegative()]
+    simulate_weight_sync_seconds: Annotated[float, NonNegative()]
 
     @property
     def staleness_bound(self) -> int:

@@ -342,6 +342,19 @@ def _fully_async_enabled(value: Any, ctx: Context) -> dict[str, Any]:
     return {}
 
 
+def _simulate_training(value: Any, ctx: Context) -> dict[str, Any]:
+    """SkyRL's simulated trainer (FullyAsyncTrainerSim), a variant of its fully async one."""
+    if not isinstance(value, bool):
+        raise Refusal("true or false")
+    fully_async = any(ctx.has(k) for k in FULLY_ASYNC_KEYS) or ctx.get("trainer.fully_async.enabled", False) is True
+    if value and not fully_async:
+        raise Refusal(
+            "SkyRL simulates the steps of its fully async trainer only: give trainer.fully_async.enabled=true "
+            "(with trainer.placement.colocate_all=false)"
+        )
+    return {"async_training.simulate_training": value}
+
+
 def _offload_after_step(verl_key: str):
     def convert(value: Any, ctx: Context) -> dict[str, Any]:
         # SkyRL offloads the optimizer state after a step only with colocate_all=true.

@@ -30,6 +30,7 @@ from hybrid.dialects.skyrl_convert import (
     _ref_sequence_parallel,
     _resume_mode,
     _same_as_policy,
+    _simulate_training,
     _warmup,
     free_form,
 )
@@ -435,6 +436,26 @@ TRAINER_RULES = (
         "policy_mini_batch_size .. policy_mini_batch_size x (max_staleness_steps + 1)",
         "groups generating at once (one SkyRL worker generates one group); not given: hybrid's default, a "
         "sync window's worth (policy_mini_batch_size groups), where SkyRL's is 768 workers",
+    ),
+    custom(
+        "trainer.fully_async.simulate_training",
+        ("async_training.simulate_training",),
+        _simulate_training,
+        "same value; true needs the fully async trainer (trainer.fully_async.enabled=true)",
+        "SkyRL's simulated trainer (examples/train/fully_async/main_fully_async_sim): generation for real, no "
+        "trainer model, each step a sleep, each weight sync a pause of the engines with the same weights under "
+        "the next version, so staleness advances as in training (hybrid/async_sim.py); eval, checkpoints, HF "
+        "exports and resume must be off, as SkyRL asserts",
+    ),
+    same(
+        "trainer.fully_async.simulate_training_step_seconds",
+        "async_training.simulate_training_step_seconds",
+        note="the seconds each simulated step sleeps (timing_s/simulated_step)",
+    ),
+    same(
+        "trainer.fully_async.simulate_weight_sync_seconds",
+        "async_training.simulate_weight_sync_seconds",
+        note="the seconds each simulated sync keeps the engines paused (within timing_s/update_weights)",
     ),
 )
 

@@ -90,9 +90,11 @@ ENTRY_MODULES: dict[str, tuple] = {
         "hybrid's own key async_training.max_staleness_steps=1 (hybrid/dialects/skyrl.py)",
     ),
     "examples.train.fully_async.main_fully_async_sim": (
-        "refuse",
-        "SkyRL's simulated trainer (a sleep instead of each training step, to benchmark generation); hybrid "
-        "has no simulated trainer",
+        "add",
+        {"trainer.fully_async.max_staleness_steps": 4},
+        "SkyRL's simulated fully async trainer (a sleep instead of each training step and weight sync, to "
+        "benchmark generation; max_staleness_steps 4 unless given): hybrid's async_training.simulate_training, "
+        "which the script's trainer.fully_async.simulate_training=true asks for",
     ),
     "examples.train.on_policy_distillation.main_on_policy_distill": (
         "refuse",
@@ -120,6 +122,10 @@ ENTRY_MODULES: dict[str, tuple] = {
         "refuse",
         "its own generator (the verifiers library)",
     ),
+}
+# What an entry module asserts of its keys before anything starts: {module: {key: value}}.
+ENTRY_ASSERTS: dict[str, dict[str, str]] = {
+    "examples.train.fully_async.main_fully_async_sim": {"trainer.fully_async.simulate_training": "true"},
 }
 # Entry modules that only register environments (read from their source, see registrations()).
 # (main_openreward also copies three OPENREWARD_* variables of the driver's environment into
@@ -254,6 +260,10 @@ def check(example: dict, workdir: Path) -> tuple[str, str]:
         if entry not in ENTRY_MODULES:
             return REFUSED, f"entry module {entry}: not read by this check (add it to ENTRY_MODULES)"
         kind, *rest = ENTRY_MODULES[entry]
+        values = dict(arg.split("=", 1) for arg in argv)
+        for key, value in ENTRY_ASSERTS.get(entry, {}).items():
+            if values.get(key, "").strip("'\"").lower() != value:
+                return REFUSED, f"entry module {entry}: asserts {key}={value} (SkyRL stops without it)"
         if kind == "refuse":
             return REFUSED, f"entry module {entry}: {rest[0]}"
         if kind == "add":

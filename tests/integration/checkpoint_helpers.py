@@ -75,7 +75,9 @@ def train(cfg, probe_ids: torch.Tensor | None = None, inspect=None) -> dict:
     from hybrid.trainer import as_typed
 
     cfg = as_typed(cfg)
-    if cfg.async_mode is not None:
+    if cfg.async_training.simulate_training:
+        from hybrid.async_sim import SimulatedAsyncTrainer as trainer_cls
+    elif cfg.async_mode is not None:
         from hybrid.async_trainer import AsyncPPOTrainer as trainer_cls
     else:
         trainer_cls = PPOTrainer

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from hybrid.config import build_config
+from hybrid.config import ConfigError, build_config
 from hybrid.dialects import translate_argv
 from tests.unit.dialect_helpers import A, skyrl, skyrl_error
 from tests.unit.test_dialects_roll import roll, roll_error, roll_yaml
@@ -155,7 +155,7 @@ def test_skyrl_offload_after_step_is_read_only_when_colocated():
             "engines on devices of their own need colocate_all=false",
         ),
         (["trainer.placement.critic_num_gpus_per_node=2"], "in the training group, on the policy's devices"),
-        (["trainer.fully_async.max_in_flight=3"], "other near keys: trainer.fully_async.max_staleness_steps"),
+        (["trainer.fully_async.max_in_flight=3"], "near keys: trainer.fully_async.enabled, trainer.fully_async.max_"),
     ],
 )
 def test_skyrl_async_refusals(overrides, reason):
@@ -190,6 +190,79 @@ def test_skyrl_async_lines_pass_typed_validation():
     at = cfg.async_training
     assert cfg.async_mode == "fully_async" and at.staleness_bound == 2 and at.staleness_threshold == 2.0
     assert at.trigger_parameter_sync_step == 1 and at.max_groups_in_flight == 12 and not at.use_rollout_log_probs
+
+
+SIM_E2E = [  # examples/train/fully_async/sim_trainer/run_fully_async_sim_gsm8k_e2e.sh's keys, scaled to this machine
+    "trainer.fully_async.enabled=true",
+    "trainer.fully_async.simulate_training=true",
+    "trainer.fully_async.simulate_training_step_seconds=5",
+    "trainer.fully_async.simulate_weight_sync_seconds=0",
+    "trainer.fully_async.max_staleness_steps=1",
+    "trainer.fully_async.num_parallel_generation_workers=4",
+    "trainer.placement.colocate_all=false",
+    "trainer.train_batch_size=4",
+    "trainer.policy_mini_batch_size=4",
+    "generator.n_samples_per_prompt=2",
+    "trainer.eval_before_train=false",
+    "trainer.eval_interval=0",
+    "trainer.ckpt_interval=-1",
+    "trainer.hf_save_interval=-1",
+    "trainer.resume_mode=none",
+]
+
+
+def test_skyrl_simulated_trainer_is_fully_async_with_simulated_steps():
+    out = skyrl(*SIM_E2E)
+    has(out, {f"{AT}.simulate_training": True, f"{AT}.simulate_training_step_seconds": 5})
+    has(out, {f"{AT}.simulate_weight_sync_seconds": 0, f"{AT}.mode": "fully_async", f"{AT}.max_staleness_steps": 1})
+    cfg = build_config(translate_argv(["--dialect", "skyrl", *SIM_E2E]))
+    at = cfg.async_training
+    assert cfg.async_mode == "fully_async" and at.simulate_training is True
+    assert at.simulate_training_step_seconds == 5.0 and at.simulate_weight_sync_seconds == 0.0
+    # SkyRL's own defaults (30 s a step, no sync pause) when the seconds are not given.
+    at = build_config(translate_argv(["--dialect", "skyrl", *SIM_E2E[:2], *SIM_E2E[4:]])).async_training
+    assert at.simulate_training_step_seconds == 30.0 and at.simulate_weight_sync_seconds == 0.0
+
+
+def test_skyrl_simulated_trainer_outside_fully_async_is_refused():
+    message = skyrl_error("trainer.fully_async.simulate_training=true", "trainer.placement.colocate_all=false")
+    assert "simulate_training=true: SkyRL simulates the steps of its fully async trainer only" in message
+
+
+def test_simulated_training_outside_fully_async_is_refused_in_one_line():
+    with pytest.raises(ConfigError) as error:
+        build_config([f"{AT}.simulate_training=true"])
+    assert (
+        f"{AT}.simulate_training=true simulates the steps of the fully async trainer only (here {AT}.mode=None): "
+        f"set actor_rollout_ref.hybrid_engine=false and {AT}.mode=fully_async, or simulate_training=false"
+    ) in str(error.value)
+
+
+def test_simulated_training_refuses_what_needs_trainer_models():
+    apart = ["actor_rollout_ref.hybrid_engine=false", "rollout.n_gpus_per_node=1", f"{AT}.mode=fully_async"]
+    with pytest.raises(ConfigError) as error:
+        build_config([*apart, f"{AT}.simulate_training=true", "trainer.save_freq=2", "algorithm.adv_estimator=gae"])
+    message = str(error.value)
+    for needle in (
+        "simulate_training=true with trainer.test_freq=5: set it to -1 (the weights never change",
+        "simulate_training=true with trainer.val_before_train=true: set it to false",
+        "simulate_training=true with trainer.save_freq=2: set it to -1 (nothing to save",
+        "simulate_training=true with trainer.resume_mode='auto': set it to disable",
+        "simulate_training=true with a critic (critic.enable or adv_estimator=gae): set it to none",
+    ):
+        assert needle in message, (needle, message)
+    off = ["trainer.test_freq=-1", "trainer.val_before_train=false", "trainer.resume_mode=disable"]
+    assert build_config([*apart, f"{AT}.simulate_training=true", *off]).async_training.simulate_training is True
+
+
+def test_simulated_engines_read_the_model_folder():
+    from hybrid.async_sim import engines_config
+
+    cfg = build_config([])
+    assert cfg.actor_rollout_ref.rollout.load_format == "dummy"
+    assert engines_config(cfg).actor_rollout_ref.rollout.load_format == "auto"
+    safetensors = build_config(["actor_rollout_ref.rollout.load_format=safetensors"])
+    assert engines_config(safetensors) is safetensors
 
 
 # ---------------------------------------------------------------- ROLL

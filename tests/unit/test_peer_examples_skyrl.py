@@ -96,3 +96,28 @@ def test_an_environment_named_by_its_module_path_loads_the_way_skyrl_gym_loads_a
     assert f"{mt}.env_class='examples_pkg.multiply.env:MultiplyEnv'" in argv
     assert f"{mt}.env_kwargs.model='gpt-4o-mini'" in argv
     assert f"{mt}.enable=true" in argv
+
+
+def test_the_simulated_trainers_entry_module_asserts_simulate_training(tmp_path):
+    from scripts.peer_examples import REFUSED
+    from scripts.peer_examples.skyrl import check
+
+    entry = "examples.train.fully_async.main_fully_async_sim"
+    argv = [
+        "trainer.fully_async.enabled=true",
+        "trainer.placement.colocate_all=false",
+        "trainer.train_batch_size=4",
+        "trainer.policy_mini_batch_size=4",
+        "trainer.eval_before_train=false",
+        "trainer.eval_interval=0",
+        "trainer.resume_mode=none",
+    ]
+    # SkyRL's main_fully_async_sim stops at its assertion without simulate_training=true.
+    assert check({"entry": entry, "argv": argv}, tmp_path) == (
+        REFUSED,
+        f"entry module {entry}: asserts trainer.fully_async.simulate_training=true (SkyRL stops without it)",
+    )
+    assert check({"entry": entry, "argv": [*argv, "trainer.fully_async.simulate_training=true"]}, tmp_path) == (
+        UNDERSTOOD,
+        "",
+    )
