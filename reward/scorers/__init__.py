@@ -5,6 +5,11 @@ score the same way here. Keyword arguments (the reward manager passes on the key
 `reward_model.reward_kwargs` it does not use itself) go to each scorer that takes them,
 so `method=flexible` or `lenient=true` for gsm8k does not break the math rows of a mixed
 data set; a key that no scorer takes is an error.
+
+roll_crossthinkqa, roll_code and roll_ifeval reproduce ROLL's rule reward workers
+(CrossThinkQARuleRewardWorker, CodeSandboxRewardWorker, GeneralRuleRewardWorker); ROLL
+picks them by each domain's `worker_cls` and rows by their `tag`, so they are not
+registered here by data_source.
 """
 
 from __future__ import annotations
