@@ -67,7 +67,7 @@ def test_the_scripts_compose_and_pass_the_checks(tiny_model_dir, arithmetic_file
 # and each step costs 15-40 s of the suite's budget.
 COMPOSE_ONLY = {
     # GAE with Ulysses over two Ray ranks for actor and critic: test_trainer's gae_sp_pfppo case
-    # trains the same (plus PF-PPO) through Ray, and the sequence-parallel e2e checks its numbers.
+    # trains the same (plus PF-PPO) through Ray, and test_sequence_parallel_heads.py checks its numbers.
     "ppo_trainer_run_deepseek7b_llm_sp2",
     # The GRPO script with another outcome estimator: RLOO is trained by the rollout-correction
     # script below; REINFORCE++-baseline
