@@ -1,5 +1,5 @@
 """verl's own example scripts, one step each on the tiny model: the override lists of
-twelve FSDP + vLLM `main_ppo` scripts (six trained here, six composed and checked only:
+twelve FSDP + vLLM `main_ppo` scripts (five trained here, seven composed and checked only:
 COMPOSE_ONLY says where their step is trained) (tests/integration/verl_scripts.py: GRPO with a KL
 loss, PPO with a critic and Ulysses over two ranks, token-budget batches, ReMax, RLOO,
 REINFORCE++ with baseline, GPG, rollout correction in bypass mode and with rejection
@@ -83,6 +83,10 @@ COMPOSE_ONLY = {
     # manager and overlong buffer train in examples/dapo_arithmetic.sh (test_examples.py).
     "gpg_trainer_run_qwen2-7b_math",
     "gmpo_trainer_test_dapo_7b_math",
+    # Token-level IS with two rejection-sampling criteria under PPO clipping: test_rollout_correction_steps.py
+    # trains GRPO steps with the same multi-criterion rollout_rs (token_k1 with seq_max_k3) in each mode, and
+    # tests/unit/test_rollout_correction.py checks the masks by hand; the other rollout-correction script trains.
+    "rollout_correction_run_with_rollout_corr_multi_rs",
 }
 
 
