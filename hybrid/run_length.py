@@ -11,6 +11,7 @@ class RunLength(NamedTuple):
     steps: int  # the steps the run trains
     schedule_steps: int  # the steps the learning-rate schedules span
     steps_per_epoch: int  # one pass over the training data
+    cap: int | None = None  # SkyRL's trainer.max_training_steps, when it was given
 
 
 def run_steps(trainer, steps_per_epoch, cap: int | None = None) -> RunLength:
@@ -26,17 +27,18 @@ def run_steps(trainer, steps_per_epoch, cap: int | None = None) -> RunLength:
     schedule = trainer.total_training_steps or epoch_steps
     if cap:
         schedule = min(schedule, int(cap))
-    return RunLength(min(schedule, epoch_steps), schedule, per_epoch)
+    return RunLength(min(schedule, epoch_steps), schedule, per_epoch, int(cap) if cap else None)
 
 
-def epochs_ran_out(trainer, length: RunLength, cap: int | None = None) -> str | None:
+def epochs_ran_out(trainer, length: RunLength) -> str | None:
     """The console line for a run that the epochs end before total_training_steps (or the
     SkyRL cap) would; None otherwise."""
     if length.steps >= length.schedule_steps:
         return None
+    cap = length.cap
     asked = (
         f"trainer.max_training_steps={cap}"
-        if cap and int(cap) == length.schedule_steps
+        if cap and cap == length.schedule_steps
         else f"trainer.total_training_steps={trainer.total_training_steps}"
     )
     return (

@@ -117,7 +117,8 @@ def init_missing_weights(module: torch.nn.Module, missing_keys, hf_config, seed:
     generator = torch.Generator().manual_seed(seed)
     std = float(getattr(hf_config, "initializer_range", 0.02))
     params = dict(module.named_parameters(remove_duplicate=False))
-    loaded = {params[name].data_ptr() for name in params if name not in set(missing_keys)}
+    missing = set(missing_keys)
+    loaded = {params[name].data_ptr() for name in params if name not in missing}
     for name in sorted(missing_keys):
         param = params.get(name)
         if param is None or param.data_ptr() in loaded:
@@ -144,6 +145,7 @@ def load_hf_model(
     offload_policy: bool = False,
     forward_prefetch: bool = False,
     fsdp_size: int = -1,
+    language_model_only: str | None = None,
     **hf_config_overrides,
 ):
     """fp32 master weights on the host, then FSDP2 over all ranks (hybrid-sharded groups of
@@ -155,21 +157,35 @@ def load_hf_model(
     the critic's with `lora_causal_lm=False`) the model is wrapped in peft LoRA adapters before
     sharding (workers/lora.py). A frozen model (`trainable=False`) gets no gradients and no
     gradient checkpointing.
+
+    `language_model_only` (the config key that asks for it, e.g.
+    "actor_rollout_ref.model.language_model_only"; None: the whole checkpoint) loads the language
+    model of a multimodal checkpoint alone, under its text config (workers/language_model.py);
+    the returned hf_config is then that text config.
     """
     from transformers import AutoConfig
 
+    from workers.language_model import LanguageModelLoad
+
     hf_config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+    model_class, key_mapping, text_only = auto_cls, {}, None
+    if language_model_only:
+        text_only = LanguageModelLoad.resolve(auto_cls, path, hf_config, language_model_only)
+        model_class, hf_config, key_mapping = text_only.model_class, text_only.config, text_only.key_mapping
     for key, value in {**dict(override_config or {}), **hf_config_overrides}.items():
         setattr(hf_config, key, value)
     with _no_progress_bar():
-        module, loading = auto_cls.from_pretrained(
+        module, loading = model_class.from_pretrained(
             path,
             config=hf_config,
             dtype=torch.float32,
             attn_implementation=register_packed_attention(),
             trust_remote_code=trust_remote_code,
             output_loading_info=True,
+            **({"key_mapping": key_mapping} if key_mapping else {}),
         )
+    if text_only is not None:
+        text_only.check_loaded(loading["missing_keys"], path)
     init_missing_weights(module, loading["missing_keys"], hf_config, seed)
     if use_liger:
         require_cuda("actor_rollout_ref.model.use_liger")

@@ -24,9 +24,9 @@ def test_the_console_says_when_the_epochs_end_the_run_first():
         "raise trainer.total_epochs to train longer"
     )
     capped = _trainer(None, 1)  # SkyRL: epochs with a larger max_training_steps end at the epoch, silently
-    assert epochs_ran_out(capped, run_steps(capped, lambda: 8, cap=20), cap=20) is None
+    assert epochs_ran_out(capped, run_steps(capped, lambda: 8, cap=20)) is None
     both = _trainer(100, 1)
-    assert "before trainer.max_training_steps=20:" in epochs_ran_out(both, run_steps(both, lambda: 8, cap=20), cap=20)
+    assert "before trainer.max_training_steps=20:" in epochs_ran_out(both, run_steps(both, lambda: 8, cap=20))
     default_job = _trainer(30, 1)  # 2000 rows / 8: 250 steps an epoch
     assert epochs_ran_out(default_job, run_steps(default_job, lambda: 250)) is None
 
