@@ -325,7 +325,7 @@ class PPOTrainer:
             )
             self.tracker.finish()
             return {"val_before": {}, "val_after": {}, "steps": self.state.global_step}
-        note = epochs_ran_out(cfg.trainer, self.length, cfg.trainer.max_training_steps)
+        note = epochs_ran_out(cfg.trainer, self.length)
         if note is not None:
             print(note, flush=True)
         first_val = {}

@@ -24,13 +24,17 @@ process of hybrid's Python tool (reward/environments/python_tool.py).
 - `text`: each test's `assert_code`, `{response}` replaced by the response in triple
   quotes, is executed as ROLL's worker executes it (its module's json, re, time,
   traceback and uuid at hand, not asyncio; `response` among the locals); no exception passes.
-- Any other `case_type` (stdin/stdout and call-based problems, which ROLL runs through
-  LiveCodeBench's harness) is refused, naming it.
+- Any other `case_type`: stdin/stdout or call-based tests (`test_cases` with `stdin` and
+  `expected_stdout`, `test_case_function` the function to call, or empty/"None" for a
+  program reading stdin), run through ROLL's LiveCodeBench harness, all cases in one
+  child process with ROLL's limit of `min(timeout_s * n + 1, 360)` s (roll_code_io.py).
 
 `timeout_s` is ROLL's time limit of one program, 20 s. Where hybrid's child differs from
 ROLL's process, a program can pass in one and fail in the other: the child has a memory
 limit (`memory_mb`, default 4096; ROLL sets none), a 1 MiB file-size limit, no network,
 and `text` tests run in it under `timeout_s` (ROLL runs them in the worker without one).
+A malformed row (a test case without `assert_code`, `stdin` or `expected_stdout`) raises
+here, where ROLL's worker scores it 0.
 
 `use_local` must be true: ROLL's remote sandbox service (`code_url`) is not reachable.
 """
@@ -39,9 +43,12 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 from typing import Any
 
 from reward.environments.python_tool import PythonRun, execute_python
+
+from . import roll_code_io
 
 # The imports ROLL puts before every program (roll/utils/local_code/execute_utils.py).
 BASE_IMPORTS = (
@@ -55,7 +62,8 @@ BASE_IMPORTS = (
     "from math import inf\nsys.setrecursionlimit(6*10**5)\n"
 )
 DEFAULT_TIMEOUT_S = 20.0
-LOCAL_CASE_TYPES = ("assert", "pytest", "check_based", "text")
+# ROLL's whole-run limit of the stdin/stdout harness (evaluator.py codegen_check_correctness).
+IO_MAX_TIMEOUT_S = 360.0
 
 # Runs an assert/pytest program the way ROLL's codeexecute_check_correctness does: what its
 # reliability guard disables is disabled, stdin raises on read, globals start empty.
@@ -81,7 +89,11 @@ subprocess.Popen = None
 for _name in ("ipdb", "joblib", "resource", "psutil", "tkinter"):
     sys.modules[_name] = None
 sys.stdin = _NoInput()
-exec(compile(PROGRAM, "<solution>", "exec"), {})
+try:
+    exec(compile(PROGRAM, "<solution>", "exec"), {})
+except BaseException:
+    # ROLL records any BaseException as a failure, SystemExit(0) included.
+    raise SystemExit(1)
 """
 # Runs a text test as ROLL's run_text_tests does: exec() in the worker's module with the
 # function's locals. (Not asyncio: the child's network block leaves ssl, which it imports, unusable.)
@@ -172,22 +184,30 @@ def _text_tests(response: str, test_cases: list, timeout_s: float, memory_mb: in
     return True
 
 
-def _row(ground_truth: Any) -> tuple[str, list]:
+def _io_tests(code: str, test_cases: list, fn_name: Any, timeout_s: float, memory_mb: int) -> bool:
+    inputs = [case["stdin"] for case in test_cases]
+    outputs = [case["expected_stdout"] for case in test_cases]
+    fn_name = "" if fn_name == "None" else fn_name
+    marker = f"roll_code_io verdict {secrets.token_hex(8)}: "
+    source = roll_code_io.program(BASE_IMPORTS, code, inputs, outputs, fn_name, marker)
+    limit = min(timeout_s * len(inputs) + 1, IO_MAX_TIMEOUT_S)
+    # The verdict line counts even when the run then hangs (ROLL keeps a result written before the kill).
+    run = execute_python(source, timeout_s=limit, memory_mb=memory_mb)
+    verdicts = [line[len(marker) :] for line in run.stdout.splitlines() if line.startswith(marker)]
+    return verdicts[-1:] == ["True"]
+
+
+def _row(ground_truth: Any) -> tuple[str, list, Any]:
     row = json.loads(ground_truth) if isinstance(ground_truth, str) else ground_truth
     if not isinstance(row, dict) or "case_type" not in row or "test_cases" not in row:
         raise ValueError(
             "roll_code: the ground truth must be the row's test data, a dict (or its JSON) with ROLL's columns "
             f"case_type, test_cases and test_case_function; got {type(row).__name__}"
         )
-    case_type, test_cases = row["case_type"], row["test_cases"]
+    test_cases = row["test_cases"]
     if isinstance(test_cases, str):
         test_cases = json.loads(test_cases)
-    if case_type not in LOCAL_CASE_TYPES:
-        raise ValueError(
-            f"roll_code: case_type {case_type!r} (stdin/stdout or call-based tests, which ROLL runs through "
-            f"LiveCodeBench's harness) is not supported; supported: {', '.join(LOCAL_CASE_TYPES)}"
-        )
-    return case_type, list(test_cases)
+    return row["case_type"], list(test_cases), row.get("test_case_function")
 
 
 def compute_score(
@@ -205,16 +225,18 @@ def compute_score(
             "roll_code: rewards.<domain>.use_local=false asks for ROLL's remote code sandbox (code_url), which "
             "hybrid cannot reach; set use_local: true to run the tests in local processes"
         )
-    case_type, test_cases = _row(ground_truth)
+    case_type, test_cases, fn_name = _row(ground_truth)
     if solution_str == "":
         passed = False
     elif case_type == "text":
         passed = _text_tests(final_text(solution_str), test_cases, timeout_s, memory_mb)
     elif case_type == "check_based":
         passed = _check_based_tests(extract_code(solution_str), test_cases, timeout_s, memory_mb)
-    else:
+    elif case_type in ("assert", "pytest"):
         passed = _assert_tests(extract_code(solution_str), test_cases, timeout_s, memory_mb)
+    else:
+        passed = _io_tests(extract_code(solution_str), test_cases, fn_name, timeout_s, memory_mb)
     return {"score": float(passed), "acc": float(passed)}
 
 
-__all__ = ["BASE_IMPORTS", "LOCAL_CASE_TYPES", "compute_score", "extract_code", "final_text"]
+__all__ = ["BASE_IMPORTS", "compute_score", "extract_code", "final_text"]

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from reward.scorers import roll_code
+from reward.scorers import roll_code, roll_code_io
 
 ADD = "```python\ndef add(a, b):\n    return a + b\n```"
 PYTEST_ROW = {
@@ -40,15 +40,14 @@ def test_pytest_row_passes_and_a_failing_case_fails():
     # the first test case passes (add(1, 2) == 3), the second fails (add(-1, -2) == 0)
     wrong = "```python\ndef add(a, b):\n    return a + b if a > 0 else 0\n```"
     assert score(wrong, PYTEST_ROW) == 0.0
-    assert roll_code.compute_score(ADD, json.dumps(PYTEST_ROW)) == {"score": 1.0, "acc": 1.0}
 
 
 def test_timed_out_program_and_empty_response_score_zero():
     slow = "```python\ndef add(a, b):\n    while True:\n        pass\n```"
     assert score(slow, PYTEST_ROW, timeout_s=0.5) == 0.0
     assert score("", PYTEST_ROW) == 0.0
-    # ROLL's rule: a row with no test case passes
-    assert score(ADD, {**PYTEST_ROW, "test_cases": "[]"}) == 1.0
+    # ROLL's rule: a row with no test case passes (here the row as JSON text)
+    assert roll_code.compute_score(ADD, json.dumps({**PYTEST_ROW, "test_cases": "[]"})) == {"score": 1.0, "acc": 1.0}
 
 
 def test_programs_run_as_roll_runs_them():
@@ -59,6 +58,8 @@ def test_programs_run_as_roll_runs_them():
     assert score(main_block, row) == 1.0
     guarded = "import os\ndef add(a, b):\n    os.getcwd()\n    return a + b"
     assert score(guarded, row) == 0.0
+    # ROLL counts any BaseException as a failure: leaving with sys.exit(0) does not pass
+    assert score("import sys\ndef add(a, b):\n    return a + b\nsys.exit(0)", row) == 0.0
 
 
 def test_check_based_row():
@@ -82,7 +83,41 @@ def test_text_row():
 def test_refusals():
     with pytest.raises(ValueError, match="use_local=false asks for ROLL's remote code sandbox"):
         roll_code.compute_score(ADD, PYTEST_ROW, use_local=False, code_url="http://sandbox")
-    with pytest.raises(ValueError, match="case_type 'stdin' .* is not supported; supported: assert, pytest"):
-        score(ADD, {**PYTEST_ROW, "case_type": "stdin"})
     with pytest.raises(ValueError, match="the ground truth must be the row's test data"):
         score(ADD, '["def add(a, b): return a + b"]')
+
+
+def test_io_harness_rules_in_process():
+    # ROLL's rewrite: top-level imports stay, everything else goes into code()
+    assert roll_code_io._stdin_program("import sys\nn = int(input())\nprint(n)") == (
+        "import sys\nstdin = sys.stdin\nstdout = sys.stdout\ndef code():\n\tn = int(input())\n\tprint(n)\n"
+    )
+    matches = roll_code_io._stdout_matches
+    assert matches("1 2  \n", "1 2")  # joined and stripped lines
+    assert matches("3\n\n4\n", "3\n4")  # empty printed lines dropped
+    assert matches("0.3333333333\n", "0.333333")  # floats, numpy's allclose
+    assert not matches("01\n", "1")  # integer lines are compared as text
+    assert not matches("1\n2\n", "1 2")
+
+
+def test_io_rows_pass_and_fail():
+    # the main block is unwrapped; `stdin` bound at load time reads the case's input (ROLL patches
+    # readline on the stdin object of before)
+    halves = (
+        "```python\nfrom sys import stdin\ndef main():\n    a, b = map(int, stdin.readline().split())\n"
+        "    print(a / b)\nif __name__ == '__main__':\n    main()\n```"
+    )
+    stdin_row = {
+        "case_type": "input",
+        "test_case_function": "None",
+        "test_cases": [{"stdin": "1 3", "expected_stdout": "0.333333"}, {"stdin": "4 2\n", "expected_stdout": "2.0\n"}],
+    }
+    assert score(halves, stdin_row) == 1.0
+    call_row = {
+        "case_type": "",
+        "test_case_function": "pair",
+        "test_cases": [{"stdin": "[2, 7, 11]\n9", "expected_stdout": "[0, 1]"}],
+    }
+    solution = "class Solution:\n    def pair(self, nums, target):\n        return {}([nums.index(2), nums.index(7)])"
+    assert score(solution.format("tuple"), call_row) == 1.0  # a tuple compares as a list
+    assert score(solution.format("set"), call_row) == 0.0  # not JSON-serialisable: ROLL fails it
