@@ -431,7 +431,7 @@ class StatefulDataLoader:
         self._iterator_id = 0
 
     def __len__(self) -> int:
-        n = len(self.dataset)
+        n = len(self.sampler)  # the rows it draws from (all of them, or the quota domains': hybrid/domains.py)
         return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
 
     def __iter__(self):

@@ -312,10 +312,10 @@ def _check_rows(path: str, data) -> tuple[int, Counter]:
                 f"data file {path} row {used[0]} has {column!r} ({key}; {used[1]} of {rows} rows): hybrid trains "
                 f"text-only models and cannot feed images or videos to the model; drop the column or use text prompts"
             )
-    for key, column, why in (
-        (prompt_key, "data.prompt_key", "the prompt"),
-        (source_key, "data.reward_fn_key", "it picks the scorer"),
-    ):
+    required = [(prompt_key, "data.prompt_key", "the prompt")]
+    if not (data.domain_quotas and source_key == "domain"):  # with domains, tags give rows theirs (hybrid/domains.py)
+        required.append((source_key, "data.reward_fn_key", "it picks the scorer"))
+    for key, column, why in required:
         if key not in names:
             raise ValueError(f"data file {path} has no column {key!r} ({column}: {why}); columns: {names}")
         missing = _first_bad(values[key], lambda v: v is _MISSING or v is None)
@@ -335,7 +335,7 @@ def _check_rows(path: str, data) -> tuple[int, Counter]:
             f"data file {path} row {bad[0]}: reward_model must be a dict with 'ground_truth', got "
             f"{'nothing' if value is _MISSING else repr(value)[:120]} ({bad[1]} of {rows} rows)"
         )
-    return rows, Counter(str(v) for v in values[source_key])
+    return rows, Counter(str(v) for v in values.get(source_key, []) if v is not _MISSING and v is not None)
 
 
 # ----------------------------------------------------------------------------- reward
@@ -415,6 +415,8 @@ def check_output_dir(config, found: Findings) -> None:
 def check_multi_turn(config, found: Findings) -> None:
     """Environment class, tool and interaction files of a multi-turn run load."""
     multi_turn = config.actor_rollout_ref.rollout.multi_turn
+    if config.data.domain_scorers:
+        return  # each domain's scorer loads (and checks its options) with the reward managers, before any model
     if not multi_turn.enable:
         return
     from reward.environments import EnvFactory

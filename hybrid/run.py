@@ -14,6 +14,7 @@ import time
 import numpy as np
 import torch
 
+from hybrid.domains import DomainError, DomainQuotaSampler, assign_domains, domain_quotas
 from hybrid.interrupts import StopSignals
 from hybrid.trainer import PPOTrainer, as_typed
 from protocol.data_proto import DataProto  # noqa: F401
@@ -28,10 +29,11 @@ def build_dataloaders(config, tokenizer):
         # Multi-turn and agent loops start each trajectory from the row's chat messages (raw_prompt).
         data = dataclasses.replace(as_typed(config).data, return_raw_chat=True)
     train_ds = create_rl_dataset(data.train_files, data, tokenizer)
+    sampler = create_rl_sampler(data, train_ds) if not data.domain_quotas else domain_sampler(data, train_ds)
     train_dl = create_dataloader(
         train_ds,
         data.train_batch_size,
-        create_rl_sampler(data, train_ds),
+        sampler,
         collate_fn,
         drop_last=True,
         num_workers=data.dataloader_num_workers,
@@ -39,6 +41,8 @@ def build_dataloaders(config, tokenizer):
     val_dl = None
     if data.val_files:
         val_ds = create_rl_dataset(data.val_files, data, tokenizer)
+        if data.domain_quotas:  # ROLL gives validation rows their domains too; each is scored by its domain's
+            _scored_domains(data, assign_domains(val_ds.rows, data.domain_tags, data.default_domain, "validation"))
         val_dl = create_dataloader(
             val_ds,
             data.val_batch_size or len(val_ds),
@@ -48,6 +52,30 @@ def build_dataloaders(config, tokenizer):
             num_workers=data.dataloader_num_workers,
         )
     return train_dl, val_dl
+
+
+def domain_sampler(data, train_ds):
+    """ROLL's per-domain quotas (hybrid/domains.py): each training row's domain, the sampler."""
+    domains = assign_domains(train_ds.rows, data.domain_tags, data.default_domain, "training")
+    quotas = domain_quotas(data.domain_quotas, data.train_batch_size)
+    _scored_domains(data, [d for d in domains if d in quotas])
+    counts = {d: domains.count(d) for d in quotas}
+    print(
+        "domains: "
+        + ", ".join(f"{d} {q} prompts per batch of {counts[d]} rows" for d, q in quotas.items())
+        + f" (rows of other domains not drawn: {len(domains) - sum(counts.values())})"
+    )
+    return DomainQuotaSampler(domains, quotas, shuffle=data.shuffle, seed=data.seed)
+
+
+def _scored_domains(data, domains: list[str]) -> None:
+    """With data.domain_scorers, every row that will be scored has its domain's scorer."""
+    missing = sorted(set(domains) - set(data.domain_scorers)) if data.domain_scorers else []
+    if missing:
+        raise DomainError(
+            f"rows of domain(s) {', '.join(missing)} have no scorer in data.domain_scorers "
+            f"(it names {', '.join(data.domain_scorers)}); add one"
+        )
 
 
 def val_num_examine(config) -> int:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .config import fold_overlong_spellings
+from .domain_scorers import DomainScorers
 from .manager import get_reward_manager_cls
 from .scorers import check_score_kwargs, default_compute_score
 from .user_code import describe_callable, load_user_file
@@ -146,7 +147,17 @@ def load_reward_manager(config, tokenizer, num_examine: int, **reward_kwargs: An
     kwargs.update({k: _plain(v) for k, v in reward_kwargs.items()})
     passed_on = {k: v for k, v in kwargs.items() if k not in manager_cls.manager_kwargs()}
     compute_score = get_custom_reward_fn(config)
-    if compute_score is not None:
+    # (configs a script builds by hand may lack the key: no domains)
+    domain_scorers = dict(getattr(config.data, "domain_scorers", None) or {})
+    if domain_scorers:
+        if compute_score is not None or name == "batch":
+            raise ValueError(
+                "data.domain_scorers scores each row by its domain's scorer, one response at a time: unset "
+                "custom_reward_function.path and use a per-sample reward_model.reward_manager (naive, dapo, prime)"
+            )
+        compute_score = DomainScorers(domain_scorers, _plain(config.data.domain_scorer_kwargs or {}))
+        compute_score.check_kwargs(passed_on)
+    elif compute_score is not None:
         if passed_on:
             check_reward_signature(compute_score, batch=(name == "batch"), extra_kwargs=passed_on)
     else:

@@ -38,6 +38,10 @@ FREE_FORM_SUFFIXES = (
     "apply_chat_template_kwargs",
     "env_kwargs",
     "worker_env_vars",
+    "domain_quotas",
+    "domain_tags",
+    "domain_scorers",
+    "domain_scorer_kwargs",
 )
 
 # verl sections for what hybrid does not have: any key inside is refused with the reason

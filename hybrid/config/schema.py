@@ -23,6 +23,7 @@ from typing import Any
 
 from hybrid.batch_ops import BATCH_ADJUST_MODES
 from hybrid.core_algos import ADV_ESTIMATOR_REGISTRY
+from hybrid.domains import check_domain_settings
 from hybrid.tracking import SUPPORTED_BACKENDS
 from protocol.config_schema import (
     Annotated,
@@ -110,8 +111,15 @@ class DataConfig:
     trust_remote_code: bool
     apply_chat_template_kwargs: dict[str, Any]
     custom_cls: CustomClsConfig
+    # Multi-domain batches and per-domain scorers (ROLL's RLVR pipeline): hybrid/domains.py.
+    domain_quotas: dict[str, Any]
+    domain_tags: dict[str, Any]
+    default_domain: str | None
+    domain_scorers: dict[str, Any]
+    domain_scorer_kwargs: dict[str, Any]
 
     def check(self, problems: Problems) -> None:
+        check_domain_settings(self, problems)
         if self.custom_cls.path and not self.custom_cls.name:
             problems.add(
                 f"data.custom_cls.path={fmt(self.custom_cls.path)} needs data.custom_cls.name (the dataset class)"
