@@ -351,6 +351,8 @@ def check_reward(config, sources: dict[tuple[str, str], Counter], found: Finding
     if custom.path:
         _check_custom_reward(config, passed_on, found)
         return
+    if config.data.domain_scorers:
+        return  # each domain's scorer loads (and checks its options) with the reward managers, before any model
     try:
         check_score_kwargs(passed_on)
     except TypeError as err:
@@ -415,8 +417,6 @@ def check_output_dir(config, found: Findings) -> None:
 def check_multi_turn(config, found: Findings) -> None:
     """Environment class, tool and interaction files of a multi-turn run load."""
     multi_turn = config.actor_rollout_ref.rollout.multi_turn
-    if config.data.domain_scorers:
-        return  # each domain's scorer loads (and checks its options) with the reward managers, before any model
     if not multi_turn.enable:
         return
     from reward.environments import EnvFactory
