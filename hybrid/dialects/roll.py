@@ -48,8 +48,11 @@ DIALECT = Dialect(
         "except where one key is read together with others (the advantage settings, the clip range, the "
         "optimizer-step batch): there the missing ones take ROLL's defaults. Notably ROLL's adv_estimator "
         "defaults to gae, loss_agg_mode to seq-mean-token-mean (hybrid: token-mean), init_kl_coef to 0.2.",
-        "Data files use verl's columns (prompt, data_source, reward_model.ground_truth, extra_info); "
-        "ROLL's tag column does not route rows, each row's data_source picks the scorer.",
+        "Data files use verl's columns (prompt, data_source, reward_model.ground_truth, extra_info). With one "
+        "domain, ROLL's tag column does not route rows, each row's data_source picks the scorer; with several "
+        "(domain_interleave_probs), each row's domain comes from its domain column or its tag (tag_included, else "
+        "math_rule), every batch is filled with ROLL's per-domain quotas and each domain's rows are scored by the "
+        "scorer its worker_cls stands for (data.domain_* keys, hybrid/domains.py).",
         "Multi-turn: a custom_envs section (the agentic pipeline's) sets hybrid's multi_turn section. An env "
         "manager whose environments make their task from a seed (sokoban, frozen_lake: ROLL's SimpleSokoban, "
         "LargerSokoban, SokobanDifferentGridVocab, FrozenLake) runs episodes from seeds: its num_env_groups x "
@@ -59,7 +62,9 @@ DIALECT = Dialect(
         "env_class column picks the environment where custom_envs names none (roll_agentic.py has the details).",
         "Placement: actor_train's device_mapping is the training group (trainer.nnodes x n_gpus_per_node); "
         "reference and critic must use the same one. actor_infer with the same mapping is colocated (hybrid's "
-        "fused engine); with a disjoint one its devices become rollout.nnodes x n_gpus_per_node "
+        "fused engine), and so is one on part of actor_train's devices with async_generation_ratio=0 (the engines "
+        "then run on all of actor_train's devices: the same generation on more engines); "
+        "with a disjoint one its devices become rollout.nnodes x n_gpus_per_node "
         "(actor_rollout_ref.hybrid_engine=false) and async_generation_ratio picks the schedule: 0 generates and "
         "trains in turn (one_step_off at lag 0), r >= 1 streams prompt groups r steps ahead (fully_async, "
         "staleness bound ceil(r), weights pushed every step).",

@@ -103,10 +103,20 @@ def _device_mapping(value: Any, ctx: Context) -> dict[str, Any]:
     if relation == "same":
         return _placement(ids, ctx)  # colocated: the fused engine generates and trains in turn
     if relation == "overlap":
+        if set(ids) < set(train_ids) and _ratio(ctx) == 0:
+            # ROLL generates on these devices, then trains on all of actor_train's, in turn (the rest
+            # of them idle while it generates, or host a reward model). Colocated on every training
+            # device, hybrid samples the same responses from more engines: only the speed differs.
+            print(
+                f"note: actor_infer.device_mapping={show(value)} is part of actor_train's devices; hybrid "
+                f"colocates its engines on all {len(train_ids)} of them (the same generation, on more engines)"
+            )
+            return _placement(train_ids, ctx)
         raise Refusal(
             f"shares some of actor_train's devices (actor_train.device_mapping={show(train)}) but not all: hybrid runs "
-            f"the engines either on the training devices (the same device_mapping: colocated, generation and "
-            f"training in turn) or on devices of their own (a disjoint one: asynchronous training)"
+            f"the engines either on the training devices (the same device_mapping, or a part of it with "
+            f"async_generation_ratio=0: colocated, generation and training in turn) or on devices of their own (a "
+            f"disjoint one: asynchronous training)"
         )
     nodes, per_node = _nodes(ids, ctx)
     return {**engines_apart(nodes, per_node), **_schedule(ctx)}
@@ -484,24 +494,45 @@ def _lists(value: Any, ctx: Context) -> list[str]:
 
 
 INTERLEAVE = "actor_train.data_args.domain_interleave_probs"
+# ROLL gives a row whose tag no rewards.<domain>.tag_included lists this domain (update_dataset_domain).
+ROLL_DEFAULT_DOMAIN = "math_rule"
+
+
+def roll_domains(ctx: Context) -> list[str]:
+    """The domains of domain_interleave_probs, in the order given (ROLL's batch order)."""
+    if ctx.has(INTERLEAVE):
+        value = ctx.get(INTERLEAVE)
+        return list(value) if isinstance(value, dict) else ([] if value is None else str(value).split(","))
+    return [key[len(INTERLEAVE) + 1 :] for key in ctx.given if key.startswith(INTERLEAVE + ".")]
+
+
+def multi_domain(ctx: Context) -> bool:
+    """Several domains: ROLL's per-domain quotas (hybrid/domains.py), routed by each row's domain."""
+    return len(roll_domains(ctx)) > 1
 
 
 def _interleave(value: Any, ctx: Context) -> dict[str, Any]:
     """ROLL's {domain: probability} mapping, read whole: a YAML mapping arrives as one key per
-    domain (`...domain_interleave_probs.math_rule`), a command line may give it as one value."""
+    domain (`...domain_interleave_probs.math_rule`), a command line may give it as one value.
+    One domain: every prompt comes from it, as from hybrid's single data set. Several: hybrid's
+    data.domain_quotas, the same per-domain quotas of every batch, each row's domain from its
+    domain column or tag (data.domain_tags), else math_rule, as ROLL's update_dataset_domain."""
+    if not multi_domain(ctx):
+        return {}
     if ctx.key == INTERLEAVE:
-        domains = value if isinstance(value, dict) else ([] if value is None else str(value).split(","))
+        if not isinstance(value, dict):
+            raise Refusal("give the domains as a mapping {domain: probability}", shared=True)
+        items = dict(value)
     else:
-        domains = [key for key in ctx.given if key.startswith(INTERLEAVE + ".")]
-    if len(domains) <= 1:
-        return {}  # one domain: all prompts come from it, as from hybrid's single data set
-    raise Refusal(
-        f"{INTERLEAVE} gives {len(domains)} domains: ROLL's RLVR pipeline splits every batch into fixed per-domain "
-        "quotas (int(probability x rollout_batch_size) prompts, the last domain the rest), each drawn from its own "
-        "domain's rows (a row's tag picks the domain through rewards.<domain>.tag_included); hybrid draws each batch "
-        "from all training files as one data set (no per-domain quotas): give one domain",
-        shared=True,
-    )
+        items = {ctx.key[len(INTERLEAVE) + 1 :]: value}
+    for domain, p in items.items():
+        if isinstance(p, bool) or not isinstance(p, (int, float)):
+            raise Refusal(f"the probability of domain {domain} must be a number")
+    return {
+        **{f"data.domain_quotas.{domain}": float(p) for domain, p in items.items()},
+        "data.reward_fn_key": "domain",
+        "data.default_domain": ROLL_DEFAULT_DOMAIN,
+    }
 
 
 __all__ = ["ACTOR", "ARR", "REF", "ROLLOUT", "parse_devices"]

@@ -1,15 +1,26 @@
 """The ROLL dialect's rules for the `rewards` section (one reward worker per domain) and ROLL's
 shared reward-model cluster, as rules of the ROLL dialect (roll.py): which of ROLL's reward
 workers hybrid's scorers stand for, and the worker settings that only a refused worker reads.
+
+With several domains (domain_interleave_probs), each domain's rows are scored by the scorer its
+worker_cls stands for (`data.domain_scorers`, reward/domain_scorers.py) and its tag_included
+routes rows to it (`data.domain_tags`, hybrid/domains.py). `WORKER_SCORERS` is the one table
+from a ROLL worker class to a scorer module of reward/scorers: a new scorer is one line there.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from hybrid.dialects.roll_convert import multi_domain
 from hybrid.dialects.table import Context, Refusal, Rule, custom, ignore, refuse
+from reward.domain_scorers import keyword_options, load_scorer
 
-RULE_REWARD_WORKERS = ("MathRuleRewardWorker",)
+# ROLL reward worker class -> the module of reward/scorers that scores its domain's rows.
+WORKER_SCORERS = {
+    "MathRuleRewardWorker": "math",
+}
+RULE_REWARD_WORKERS = tuple(WORKER_SCORERS)
 REWARD_WORKER_REFUSALS = {
     "CodeSandboxRewardWorker": (
         "runs each response's code against its row's test cases in a sandbox service (code_url) or in local "
@@ -18,7 +29,8 @@ REWARD_WORKER_REFUSALS = {
     "LLMJudgeRewardWorker": (
         "ROLL's judge scores 1 when 'yes' appears anywhere in its lower-cased verdict (else 0), with a prompt "
         "from ROLL's prompt_maps, on its domain's rows only; hybrid's judge (reward_model.judge.*, "
-        "docs/reward_loop.md) reads a verdict pattern on every row: set it up in verl keys"
+        "docs/reward_loop.md) scores every row of the batch with one verdict pattern, not one domain's rows: "
+        "set it up in verl keys"
     ),
     "GeneralRuleRewardWorker": (
         "ROLL's IFEval checks (ifeval_rule_reward_worker.py: about 25 instruction verifiers, some on nltk, each "
@@ -35,29 +47,78 @@ REWARD_WORKER_REFUSALS = {
 
 
 def _reward_worker(value: Any, ctx: Context) -> dict[str, Any]:
+    """One domain: the math rule accepted, each row's data_source picks hybrid's scorer (as
+    before domains). Several: the domain's rows go to the scorer WORKER_SCORERS names."""
     name = str(value).rsplit(".", 1)[-1]
-    if name in RULE_REWARD_WORKERS:
-        return {}
+    if name in WORKER_SCORERS:
+        if not multi_domain(ctx):
+            return {}
+        domain = ctx.key.split(".")[1]
+        return {f"data.domain_scorers.{domain}": WORKER_SCORERS[name]}
     raise Refusal(
         REWARD_WORKER_REFUSALS.get(
             name,
             (
-                "hybrid's rule scorers are gsm8k, math and arithmetic, picked by each row's data_source "
-                "(reward/scorers); write a custom_reward_function for others"
+                "hybrid's rule scorers for ROLL's workers: "
+                + ", ".join(f"{w} -> reward/scorers/{m}.py" for w, m in WORKER_SCORERS.items())
+                + "; write a custom_reward_function for others"
             ),
         )
     )
 
 
+def _tags(value: Any, ctx: Context) -> dict[str, Any]:
+    """Several domains: the rows whose tag this lists belong to the domain (ROLL's tag_2_domain)."""
+    if not multi_domain(ctx):
+        return {}
+    if value is None:
+        return {}
+    tags = [value] if isinstance(value, str) else list(value)
+    return {f"data.domain_tags.{ctx.key.split('.')[1]}": [str(t) for t in tags]}
+
+
+def _domain_scorer(ctx: Context, domain: str) -> str | None:
+    """The scorer module of a domain's worker_cls in WORKER_SCORERS, if any."""
+    worker = ctx.get(f"rewards.{domain}.worker_cls", None)
+    return None if worker is None else WORKER_SCORERS.get(str(worker).rsplit(".", 1)[-1])
+
+
+def _scorer_option(rule: Rule) -> Rule:
+    """A worker setting its domain's scorer takes as a keyword argument (reward_type, use_local,
+    ...): with several domains it goes to data.domain_scorer_kwargs.<domain>; otherwise `rule`
+    (the setting read only by a refused worker, or refused itself) decides."""
+    option = rule.key.rsplit(".", 1)[-1]
+
+    def convert(value: Any, ctx: Context) -> dict[str, Any]:
+        domain = ctx.key.split(".")[1]
+        scorer = _domain_scorer(ctx, domain)
+        if multi_domain(ctx) and scorer is not None:
+            if option in keyword_options(load_scorer(scorer, f"rewards.{domain}.worker_cls")):
+                return {f"data.domain_scorer_kwargs.{domain}.{option}": value}
+        return rule.convert(value, ctx)
+
+    how = f"several domains, when the domain's scorer takes {option}: data.domain_scorer_kwargs.<domain>.{option}"
+    return Rule(rule.key, (f"data.domain_scorer_kwargs.<domain>.{option}",), convert, how, rule.note, "map")
+
+
 REWARD_RULES: tuple[Rule, ...] = (
     custom(
         "rewards.<domain>.worker_cls",
-        (),
+        ("data.domain_scorers.<domain>",),
         _reward_worker,
-        "rule-based math workers accepted",
-        "hybrid picks the scorer from each row's data_source (gsm8k, math, arithmetic)",
+        "one domain: the rule-based math worker accepted, each row's data_source picks hybrid's scorer (gsm8k, "
+        "math, arithmetic); several domains: the domain's scorer, "
+        + ", ".join(f"{w} -> {m}" for w, m in WORKER_SCORERS.items()),
+        "with several domains each domain's rows are scored by its own scorer (reward/domain_scorers.py); hybrid's "
+        "math scorer compares the last \\boxed{} answer after MATH normalisation, ROLL's math rule uses math_verify",
     ),
-    ignore("rewards.<domain>.tag_included", "hybrid routes rows to scorers by their data_source column"),
+    custom(
+        "rewards.<domain>.tag_included",
+        ("data.domain_tags.<domain>",),
+        _tags,
+        "several domains: same list (the rows whose tag column it lists have this domain); one domain: unread",
+        "a row's own domain column wins; a row whose tag no domain lists has domain math_rule, as in ROLL",
+    ),
     ignore(
         "rewards.<domain>.world_size",
         "hybrid's rule scorers run in the driver (or reward_model.reward_manager=prime's pool)",
@@ -71,8 +132,10 @@ REWARD_RULES: tuple[Rule, ...] = (
     ignore("rewards.<domain>.device_mapping", "hybrid's rule scorers run in the driver"),
     ignore("rewards.<domain>.judge_prompt", "read only by LLMJudgeRewardWorker, whose worker_cls is refused"),
     ignore("rewards.<domain>.judge_model_type", "read only by LLMJudgeRewardWorker, whose worker_cls is refused"),
-    ignore("rewards.<domain>.reward_type", "read only by ROLL's ifeval/crossthinkqa rule workers, which are refused"),
-    ignore("rewards.<domain>.use_local", "read only by CodeSandboxRewardWorker, which is refused"),
+    _scorer_option(
+        ignore("rewards.<domain>.reward_type", "otherwise read only by ROLL workers hybrid has no scorer for")
+    ),
+    _scorer_option(ignore("rewards.<domain>.use_local", "otherwise read only by CodeSandboxRewardWorker")),
     ignore("rewards.<domain>.data_args.*", "rule scorers read the decoded response"),
     refuse(
         "rewards.<domain>.query_filter_config.type",
@@ -86,10 +149,12 @@ REWARD_RULES: tuple[Rule, ...] = (
     ),
     ignore("rewards.<domain>.query_filter_config.filter_args.*", "read only with a filter type, which is refused"),
     ignore("rewards.<domain>.response_filter_config.filter_args.*", "read only with a filter type, which is refused"),
-    refuse(
-        "rewards.<domain>.response_length_penalty_coef",
-        "no length penalty key (reward_model.reward_manager=dapo has an overlong penalty)",
-        accept=(0, 0.0),
+    _scorer_option(
+        refuse(
+            "rewards.<domain>.response_length_penalty_coef",
+            "no length penalty key (reward_model.reward_manager=dapo has an overlong penalty)",
+            accept=(0, 0.0),
+        )
     ),
     refuse(
         "rewards.<domain>.reward_manager_config",
@@ -107,8 +172,10 @@ REWARD_RULES: tuple[Rule, ...] = (
         "an LLM judge: use reward_model.* or a custom_reward_function",
         accept=(None,),
     ),
-    refuse("rewards.<domain>.code_url", "a code sandbox: write a custom_reward_function", accept=(None,)),
+    _scorer_option(
+        refuse("rewards.<domain>.code_url", "a code sandbox: write a custom_reward_function", accept=(None,))
+    ),
     refuse("reward_model.*", "ROLL's shared reward-model cluster: use reward_model.* in verl keys"),
 )
 
-__all__ = ["REWARD_RULES", "REWARD_WORKER_REFUSALS", "RULE_REWARD_WORKERS"]
+__all__ = ["REWARD_RULES", "REWARD_WORKER_REFUSALS", "RULE_REWARD_WORKERS", "WORKER_SCORERS"]

@@ -128,14 +128,15 @@ SECTION_RULES: tuple[Rule, ...] = (
     choice(
         "reference.strategy_args.strategy_name",
         f"{REF}.strategy",
-        {"fsdp2_infer": "fsdp2", "fsdp2_train": "fsdp2", "hf_infer": "fsdp2"},
+        {"fsdp2_infer": "fsdp2", "fsdp2_train": "fsdp2", "hf_infer": "fsdp2", "megatron_infer": "fsdp2"},
         refused={
-            "megatron_infer": MEGATRON,
             "megatron_train": MEGATRON,
             "deepspeed_infer": DEEPSPEED,
             "deepspeed_train": DEEPSPEED,
         },
-        note="the reference runs FSDP2 forward passes inside hybrid's actor worker",
+        note="the reference runs FSDP2 forward passes inside hybrid's actor worker; a reference only runs forward "
+        "passes of the initial weights, so ROLL's forward-only backends (hf_infer, megatron_infer) give the same "
+        "log-probs up to the rounding of their kernels",
     ),
     strategy_config_rule("reference"),
     choice(
@@ -198,11 +199,17 @@ SECTION_RULES: tuple[Rule, ...] = (
     ignore("actor_train.data_args.preprocessing_num_workers", "hybrid tokenises prompts as batches are drawn"),
     custom(
         "actor_train.data_args.domain_interleave_probs.*",
-        (),
+        ("data.domain_quotas.<domain>", "data.reward_fn_key", "data.default_domain"),
         _interleave,
-        "a {domain: probability} mapping with one domain accepted; several refused (once, naming how many)",
+        "a {domain: probability} mapping; one domain: nothing written (every row is drawn); several: "
+        "data.domain_quotas (same mapping, same order), data.reward_fn_key=domain, data.default_domain=math_rule",
+        "several domains: every batch holds int(p x rollout_batch_size) prompts of each domain but the last, the "
+        "rest of the last, each domain's rows drawn as ROLL's schedulers draw them (hybrid/domains.py)",
     ),
-    custom("actor_train.data_args.interleave_probs", (), _interleave, "one file accepted"),
+    ignore(
+        "actor_train.data_args.interleave_probs",
+        "not a field of ROLL's DataArguments (roll/configs/data_args.py): read by no ROLL pipeline",
+    ),
     custom("actor_infer.data_args.template", (), _unread_template, "accepted (ROLL's known templates)"),
     custom("reference.data_args.template", (), _unread_template, "accepted (ROLL's known templates)"),
     custom("critic.data_args.template", (), _unread_template, "accepted (ROLL's known templates)"),

@@ -62,6 +62,24 @@ _FSDP2_MACHINERY = {
     "efsdp_size": f"the FSDP group of the experts under expert parallelism: {_LAYOUT}",
     "moe_use_grouped_mm": "a grouped-GEMM kernel for the experts: the same products, computed in one call",
 }
+# A reference on megatron_infer only runs forward passes of the same weights: its Megatron
+# settings choose how that forward is split over devices and which kernels run it, not its
+# values (up to rounding), so hybrid's FSDP2 forward in actor_train's workers stands for it.
+_MEGATRON_FORWARD_LAYOUT = (
+    "tensor_model_parallel_size",
+    "pipeline_model_parallel_size",
+    "virtual_pipeline_model_parallel_size",
+    "expert_model_parallel_size",
+    "context_parallel_size",
+    "sequence_parallel",
+    "moe_token_dispatcher_type",
+    "moe_grouped_gemm",
+    "moe_shared_expert_overlap",
+    "bias_activation_fusion",
+    "account_for_loss_in_pipeline_split",
+    "account_for_embedding_in_pipeline_split",
+    "use_distributed_optimizer",  # no optimizer in a forward-only worker
+)
 # Accepted at the value hybrid behaves like; any other is refused with the reason.
 _FSDP2_FIXED = {
     "save_only_model": (
@@ -102,9 +120,17 @@ def _strategy_config(role: str):
     start = len(f"{role}.strategy_args.strategy_config.")
 
     def convert(value: Any, ctx: Context) -> dict[str, Any]:
-        if ctx.get(f"{role}.strategy_args.strategy_name") in refused_strategies:
-            return {}  # the strategy itself is refused, with its reason
+        strategy = ctx.get(f"{role}.strategy_args.strategy_name")
         name = ctx.key[start:].split(".", 1)[0]
+        if role == "reference" and strategy == "megatron_infer":
+            if not name or name in _MEGATRON_FORWARD_LAYOUT:
+                return {}  # the layout of a forward pass whose log-probs hybrid computes with FSDP2
+            raise Refusal(
+                "not a layout setting of a forward-only Megatron reference that hybrid knows; known: "
+                + ", ".join(_MEGATRON_FORWARD_LAYOUT)
+            )
+        if strategy in refused_strategies:
+            return {}  # the strategy itself is refused, with its reason
         if not name:
             if value in (None, {}):
                 return {}  # strategy_config: null (ROLL's defaults)
@@ -164,7 +190,13 @@ def strategy_config_rule(role: str) -> Rule:
         f"offload_policy -> {offload}; {shard}; reduce_dtype (fp32 or bf16), use_batched_model_update, "
         "reduce_scatter_during_grad_accumulation, async_save_ckpt, wrap_policy.*, apply_tiled_mlp, apply_expert_patch, "
         "ep_size, efsdp_size, moe_use_grouped_mm: memory, speed or shard layout, no effect on what is computed "
-        "(hybrid wraps every decoder layer and reduces in fp32); save_only_model false only",
+        "(hybrid wraps every decoder layer and reduces in fp32); save_only_model false only"
+        + (
+            "; with megatron_infer, its forward's layout (" + ", ".join(_MEGATRON_FORWARD_LAYOUT) + "): accepted, "
+            "nothing written"
+            if role == "reference"
+            else ""
+        ),
     )
 
 
@@ -371,9 +403,10 @@ def _device_rule(role: str) -> Rule:
             key,
             ("trainer.nnodes", "trainer.n_gpus_per_node", *ENGINE_KEYS, *SCHEDULE_KEYS),
             _device_mapping,
-            "actor_train's: colocated (nothing more); disjoint from it -> hybrid_engine=false, rollout.nnodes x "
-            "rollout.n_gpus_per_node = its devices, with the schedule of async_generation_ratio; overlapping "
-            "but different: refused",
+            "actor_train's: colocated (nothing more); a part of actor_train's with async_generation_ratio=0: "
+            "colocated on all of actor_train's (a console note; the same generation on more engines, only the "
+            "speed differs); disjoint from it -> hybrid_engine=false, rollout.nnodes x rollout.n_gpus_per_node = "
+            "its devices, with the schedule of async_generation_ratio; other overlaps: refused",
             "disjoint: the engines (len / tensor_parallel_size of them) run in Ray actors on devices of their own "
             "beside the training group, as ROLL's disaggregated mode",
         )

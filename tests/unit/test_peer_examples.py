@@ -260,11 +260,16 @@ def test_roll_domain_interleave_probs_is_read_as_one_mapping(tmp_path):
     path.write_text(
         "adv_estimator: grpo\nactor_train:\n  data_args:\n    domain_interleave_probs:\n      math_rule: 1.0\n"
     )
-    translate_argv(["--roll-config", str(path)])  # one domain: accepted
-    with pytest.raises(ConfigError) as err:
-        translate_argv(["--roll-config", str(path), "+actor_train.data_args.domain_interleave_probs.code_sandbox=0.5"])
-    problems = [line for line in str(err.value).splitlines() if line.startswith("  - ")]
-    assert len(problems) == 1 and "gives 2 domains: ROLL's RLVR pipeline splits every batch into fixed" in problems[0]
+    one = translate_argv(["--roll-config", str(path)])  # one domain: every row drawn, nothing written
+    assert not [o for o in one if "domain" in o]
+    two = translate_argv(["--roll-config", str(path), "+actor_train.data_args.domain_interleave_probs.code_sandbox=0.5"])
+    assert [o for o in two if o.startswith("data.domain_quotas.")] == [
+        "data.domain_quotas.math_rule=1.0",
+        "data.domain_quotas.code_sandbox=0.5",
+    ]
+    with pytest.raises(ConfigError) as err:  # a whole mapping on the command line must be a mapping
+        translate_argv(["--roll-config", str(path), "actor_train.data_args.domain_interleave_probs='a,b'"])
+    assert "give the domains as a mapping {domain: probability}" in str(err.value)
 
 
 def test_roll_system_envs_reach_the_driver_and_every_worker(tmp_path):

@@ -1,14 +1,19 @@
 """ROLL's multi-domain RLVR files (examples/qwen3-8B-rlvr_fsdp2/rlvr_config.yaml and its kin in
 tests/data/peer_examples/roll.json): what the dialect accepts of them (actor_infer's LoRA settings
-when they are actor_train's) and the exact reasons it refuses the rest."""
+when they are actor_train's; several domains as per-domain quotas, tags and scorers; the
+megatron_infer reference; actor_infer on part of actor_train's devices) and the exact reasons it
+refuses the rest."""
 
 from __future__ import annotations
 
 import pytest
 
-from hybrid.config import ConfigError
+from hybrid.config import ConfigError, build_config
 from hybrid.dialects import translate_argv
+from hybrid.dialects.roll_rewards import WORKER_SCORERS
+from hybrid.domains import domain_quotas
 from tests.integration.roll_helpers import write_example
+from tests.unit.dialect_helpers import as_dict
 
 LORA_EXAMPLE = "examples/qwen2.5-7B-rlvr_megatron/rlvr_lora_fsdp2.yaml"
 MULTI_DOMAIN = "examples/qwen3-8B-rlvr_fsdp2/rlvr_config.yaml"
@@ -30,17 +35,92 @@ def test_actor_infer_lora_settings_are_accepted_when_they_are_actor_trains(tmp_p
     )
 
 
-def test_multi_domain_refusals_name_what_roll_does(tmp_path):
+def test_multi_domain_file_leaves_only_the_reward_workers_hybrid_has_no_scorer_table_entry_for(tmp_path):
+    # domain_interleave_probs, actor_infer on 12 of actor_train's 16 devices and the megatron_infer
+    # reference are understood; what is left is the reward workers WORKER_SCORERS does not name.
     problems = _problems(write_example(tmp_path, MULTI_DOMAIN))
-    interleave = next(p for p in problems if p.startswith("actor_train.data_args.domain_interleave_probs."))
-    assert "gives 5 domains: ROLL's RLVR pipeline splits every batch into fixed per-domain quotas" in interleave
     workers = {p.split("=", 1)[0]: p for p in problems if ".worker_cls=" in p}
-    assert sorted(workers) == [
-        "rewards.code_sandbox.worker_cls",
-        "rewards.crossthinkqa.worker_cls",
-        "rewards.ifeval.worker_cls",
-        "rewards.llm_judge.worker_cls",
-    ]
-    assert "its first capital letter against the ground truth's" in workers["rewards.crossthinkqa.worker_cls"]
-    assert "ROLL's IFEval checks" in workers["rewards.ifeval.worker_cls"]
-    assert "hybrid has no code sandbox" in workers["rewards.code_sandbox.worker_cls"]
+    assert len(problems) == len(workers)
+    expected = {"rewards.llm_judge.worker_cls"}
+    expected |= {
+        f"rewards.{domain}.worker_cls"
+        for domain, worker in (
+            ("code_sandbox", "CodeSandboxRewardWorker"),
+            ("crossthinkqa", "CrossThinkQARuleRewardWorker"),
+            ("ifeval", "GeneralRuleRewardWorker"),
+        )
+        if worker not in WORKER_SCORERS
+    }
+    assert set(workers) == expected
+    assert "on its domain's rows only" in workers["rewards.llm_judge.worker_cls"]
+
+
+TWO_DOMAINS = """
+rollout_batch_size: 10
+seed: 7
+actor_train:
+  training_args:  # 2 x 5 x 4 devices = 40 samples: one optimizer step of the 10 prompts x 4
+    per_device_train_batch_size: 2
+    gradient_accumulation_steps: 5
+  data_args:
+    domain_interleave_probs:
+      school: 0.29
+      math_rule: 0.5
+  device_mapping: list(range(0,4))
+actor_infer:
+  device_mapping: list(range(0,2))
+reference:
+  strategy_args:
+    strategy_name: megatron_infer
+    strategy_config:
+      tensor_model_parallel_size: 2
+      pipeline_model_parallel_size: 1
+rewards:
+  math_rule:
+    worker_cls: roll.pipeline.rlvr.rewards.math_rule_reward_worker.MathRuleRewardWorker
+    tag_included: [deepmath_103k, aime]
+  school:
+    worker_cls: roll.pipeline.rlvr.rewards.math_rule_reward_worker.MathRuleRewardWorker
+    tag_included: gsm8k
+"""
+
+
+def test_two_domains_become_quotas_tags_and_scorers(tmp_path, capsys):
+    path = tmp_path / "rlvr.yaml"
+    path.write_text(TWO_DOMAINS)
+    overrides = as_dict(translate_argv(["--roll-config", str(path)]))
+    assert {k: v for k, v in overrides.items() if k.startswith("data.") and "domain" in k or k.endswith("fn_key")} == {
+        "data.domain_quotas.school": 0.29,
+        "data.domain_quotas.math_rule": 0.5,
+        "data.reward_fn_key": "domain",
+        "data.default_domain": "math_rule",
+        "data.domain_tags.math_rule": ["deepmath_103k", "aime"],
+        "data.domain_tags.school": ["gsm8k"],
+        "data.domain_scorers.math_rule": "math",
+        "data.domain_scorers.school": "math",
+    }
+    # the reference's Megatron forward is hybrid's FSDP2 forward; the engines colocate on all 4 devices
+    assert overrides["actor_rollout_ref.ref.strategy"] == "fsdp2"
+    assert (overrides["trainer.nnodes"], overrides["trainer.n_gpus_per_node"]) == (1, 4)
+    assert "hybrid colocates its engines on all 4 of them" in capsys.readouterr().out
+    config = build_config(translate_argv(["--roll-config", str(path)]))
+    assert list(config.data.domain_quotas) == ["school", "math_rule"]  # ROLL's batch order
+    assert domain_quotas(config.data.domain_quotas, config.data.train_batch_size) == {"school": 2, "math_rule": 8}
+
+
+@pytest.mark.parametrize(
+    "override, reason",
+    [
+        ("actor_infer.device_mapping='list(range(2,6))'", "shares some of actor_train's devices"),
+        ("+async_generation_ratio=1", "shares some of actor_train's devices"),
+        ("reference.strategy_args.strategy_config.tensor_model_parallel_size=null", None),
+        ("+reference.strategy_args.strategy_config.recompute_granularity=full", "not a layout setting"),
+    ],
+)
+def test_what_stays_refused_around_the_multi_domain_mappings(tmp_path, override, reason):
+    path = tmp_path / "rlvr.yaml"
+    path.write_text(TWO_DOMAINS)
+    if reason is None:
+        translate_argv(["--roll-config", str(path), override])
+        return
+    assert any(reason in p for p in _problems(path, override))
