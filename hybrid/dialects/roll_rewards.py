@@ -29,8 +29,9 @@ REWARD_WORKER_REFUSALS = {
     "LLMJudgeRewardWorker": (
         "ROLL's judge scores 1 when 'yes' appears anywhere in its lower-cased verdict (else 0), with a prompt "
         "from ROLL's prompt_maps, on its domain's rows only; hybrid's judge (reward_model.judge.*, "
-        "docs/reward_loop.md) scores every row of the batch with one verdict pattern, not one domain's rows: "
-        "set it up in verl keys"
+        "docs/reward_loop.md) can read that verdict (verdict_pattern='(?i)(yes)', verdict_labels={yes: 1}, "
+        "invalid_score=0) but scores every row of the batch, not one domain's, and samples with a temperature "
+        "alone (not generating_args' top_p, top_k): set it up in verl keys for a one-domain run"
     ),
     "GeneralRuleRewardWorker": (
         "ROLL's IFEval checks (ifeval_rule_reward_worker.py: about 25 instruction verifiers, some on nltk, each "
@@ -133,7 +134,7 @@ REWARD_RULES: tuple[Rule, ...] = (
     ignore("rewards.<domain>.judge_prompt", "read only by LLMJudgeRewardWorker, whose worker_cls is refused"),
     ignore("rewards.<domain>.judge_model_type", "read only by LLMJudgeRewardWorker, whose worker_cls is refused"),
     _scorer_option(
-        ignore("rewards.<domain>.reward_type", "otherwise read only by ROLL workers hybrid has no scorer for")
+        ignore("rewards.<domain>.reward_type", "otherwise unread (ROLL's CrossThinkQA worker reads it, IFEval's not)")
     ),
     _scorer_option(ignore("rewards.<domain>.use_local", "otherwise read only by CodeSandboxRewardWorker")),
     ignore("rewards.<domain>.data_args.*", "rule scorers read the decoded response"),
