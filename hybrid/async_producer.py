@@ -99,6 +99,11 @@ class GroupProducer:
         with self._cond:
             return len(self._pending)
 
+    def exhausted(self) -> bool:
+        """The data's epochs are all handed out and nothing is generating: no group will come."""
+        with self._cond:
+            return not self._pending and self.stream.exhausted()
+
     # ------------------------------------------------------------------ the threads
     def _submit_loop(self) -> None:
         while True:
@@ -107,7 +112,11 @@ class GroupProducer:
                     self._cond.wait(timeout=1.0)
                 if self._stop:
                     return
-                position, row = self.stream.take()
+                taken = self.stream.take()
+                if taken is None:  # the last epoch is handed out; a dropped group may still come back
+                    self._cond.wait(timeout=1.0)
+                    continue
+                position, row = taken
                 gen_batch = self.rollouts.prepare(row)
                 index, ref = self.engines.submit(gen_batch)
                 self._pending[ref] = (index, position, len(gen_batch), row)

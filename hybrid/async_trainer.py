@@ -51,7 +51,7 @@ class AsyncPPOTrainer(PPOTrainer):
         self.mode = self.config.async_mode
         self.bound = at.staleness_bound
         self.sync_every = 1 if self.mode == "one_step_off" else int(at.trigger_parameter_sync_step)
-        self.stream = PromptStream(train_dataloader)
+        self.stream = PromptStream(train_dataloader, config.trainer.total_epochs)
         self.state.stream = self.stream
         self.engines = EnginePool(self.config)
         self.queue = GroupQueue(self.bound, self.sync_every)
@@ -100,8 +100,14 @@ class AsyncPPOTrainer(PPOTrainer):
         return self._fully_async() if self.mode == "fully_async" else self._one_step_off()
 
     def _launch(self):
-        """The next step's prompts from the stream, sent to the engines: (positions, rows, results)."""
-        taken = [self.stream.take() for _ in range(self.config.data.train_batch_size)]
+        """The next step's prompts from the stream, sent to the engines: (positions, rows, results);
+        None when the epochs have no whole batch left."""
+        taken = []
+        while len(taken) < self.config.data.train_batch_size:
+            prompt = self.stream.take()
+            if prompt is None:  # the last epoch is used up (a short tail stays open, untrained)
+                return None
+            taken.append(prompt)
         positions = [position for position, _ in taken]
         batch = DataProto.concat([row for _, row in taken])
         gen_batch = self.rollouts.prepare(batch)
@@ -112,7 +118,12 @@ class AsyncPPOTrainer(PPOTrainer):
         while True:
             # The step's batch, plus `bound` batches ahead on the weights the engines hold now.
             while len(pending) < self.bound + 1:
-                pending.append(self._launch())
+                launched = self._launch()
+                if launched is None:
+                    break
+                pending.append(launched)
+            if not pending:  # the epochs are trained
+                return
             positions, batch, launched = pending.popleft()
             metrics: dict[str, float] = {}
             timing: dict[str, float] = {}
@@ -151,8 +162,11 @@ class AsyncPPOTrainer(PPOTrainer):
                     on_stale=self._regenerate,
                     keep=keep,
                     on_flat=self._consumed,
+                    ended=self.producer.exhausted,
                 )
             waited = time.perf_counter() - start
+            if len(groups) < self.groups_per_step():  # the epochs ran out (dynamic sampling drew more)
+                return
             batch = DataProto.concat([group.batch for group in groups])
             ages = np.asarray(
                 [staleness(g.version, self.state.global_step - 1) for g in groups for _ in range(len(g.batch))]

@@ -85,10 +85,11 @@ class GroupQueue:
         keep: Callable[[Group], bool] = lambda group: True,
         on_flat: Callable[[Group], None] = lambda group: None,
         wait: bool = True,
+        ended: Callable[[], bool] = lambda: False,
     ) -> list[Group]:
         """`count` groups no staler than the bound when the engines hold version `current`,
-        oldest versions first; blocks until there
-        are enough (wait=False: those there are now). Stale groups go to `on_stale`, groups
+        oldest versions first; blocks until there are enough (wait=False: those there are now;
+        or fewer once `ended()` says no more will come). Stale groups go to `on_stale`, groups
         `keep` refuses to `on_flat`."""
         taken: list[Group] = []
         with self._cond:
@@ -107,7 +108,7 @@ class GroupQueue:
                     else:
                         taken.append(group)
                 if len(taken) < count:
-                    if not wait:
+                    if not wait or (not self._groups and ended()):
                         break
                     self._cond.wait(timeout=1.0)
         return taken

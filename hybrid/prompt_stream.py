@@ -27,8 +27,11 @@ Position = tuple[int, int]  # (epoch, offset in that epoch's order)
 
 
 class PromptStream:
-    def __init__(self, dataloader):
+    def __init__(self, dataloader, total_epochs: int | None = None):
         self.loader = dataloader
+        # trainer.total_epochs: the stream ends after that many passes, as verl's fully async
+        # rollouter stops feeding after its epochs (None: it never ends).
+        self.total_epochs = total_epochs
         self.epoch = int(dataloader.epoch)
         self.offset = int(dataloader.batches_consumed) * dataloader.batch_size
         self.open: set[Position] = set()  # handed out, not trained yet
@@ -41,15 +44,27 @@ class PromptStream:
         """Rows per epoch the synchronous trainer draws (whole batches with drop_last)."""
         return len(self.loader) * self.loader.batch_size if self.loader.drop_last else len(self.loader.dataset)
 
-    def take(self) -> tuple[Position, DataProto]:
-        """The next prompt: one to generate again first, else the next in order."""
+    def take(self) -> tuple[Position, DataProto] | None:
+        """The next prompt: one to generate again first, else the next in order; None once the
+        last epoch's prompts are all handed out and none waits to be generated again."""
         with self._lock:
             position = self._next_position()
-        return position, self.row(position)
+        return None if position is None else (position, self.row(position))
 
-    def _next_position(self) -> Position:
+    def exhausted(self) -> bool:
+        """Nothing left to hand out: every epoch's prompt handed out, none to generate again."""
+        with self._lock:
+            return not self.redo and self._past_the_end()
+
+    def _past_the_end(self) -> bool:
+        last_epoch = self.epoch + (1 if self.offset >= self.epoch_rows else 0)
+        return self.total_epochs is not None and last_epoch >= self.total_epochs
+
+    def _next_position(self) -> Position | None:
         if self.redo:
             position = self.redo.popleft()
+        elif self._past_the_end():
+            return None
         else:
             if self.offset >= self.epoch_rows:
                 self.epoch, self.offset = self.epoch + 1, 0

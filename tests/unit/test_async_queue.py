@@ -29,9 +29,9 @@ class Rows(torch.utils.data.Dataset):
         return {"input_ids": torch.tensor([i, i]), "row": i}
 
 
-def stream(n: int = 10, batch: int = 4, seed: int = 3) -> PromptStream:
+def stream(n: int = 10, batch: int = 4, seed: int = 3, epochs: int | None = None) -> PromptStream:
     loader = StatefulDataLoader(Rows(n), batch, RLSampler(n, shuffle=True, seed=seed), collate_fn=collate_fn)
-    return PromptStream(loader)
+    return PromptStream(loader, epochs)
 
 
 def test_the_stream_follows_the_loaders_order_by_position():
@@ -42,6 +42,33 @@ def test_the_stream_follows_the_loaders_order_by_position():
     assert [p for p, _ in taken] == [(0, i) for i in range(8)] + [(1, 0), (1, 1)]  # drop_last: 8 rows an epoch
     order_1 = RLSampler(10, shuffle=True, seed=3).indices_for_epoch(1)
     assert [row.non_tensor_batch["row"][0] for _, row in taken[8:]] == order_1[:2]
+
+
+def test_the_stream_ends_with_its_epochs_but_hands_out_a_dropped_prompt_again():
+    """trainer.total_epochs=2 over 8 rows an epoch (drop_last): 16 prompts, then none, as verl's
+    fully async rollouter stops after its epochs; a group dropped at the staleness bound after
+    that still has its prompt generated again."""
+    s = stream(n=10, batch=4, epochs=2)
+    taken = [s.take() for _ in range(16)]
+    assert [p for p, _ in taken] == [(0, i) for i in range(8)] + [(1, i) for i in range(8)]
+    assert s.take() is None and s.exhausted()
+    s.trained((1, 7))
+    s.again((1, 3))
+    assert not s.exhausted()
+    position, _ = s.take()
+    assert position == (1, 3) and s.take() is None and s.exhausted()
+    resumed = stream(n=10, batch=4, epochs=2)
+    resumed.load_state_dict(s.state_dict())  # the open prompts come back first, then the end
+    again = [resumed.take()[0] for _ in range(15)]
+    assert sorted(again) == sorted([(0, i) for i in range(8)] + [(1, i) for i in range(7)])
+    assert resumed.take() is None
+
+
+def test_a_take_returns_short_once_no_group_will_come():
+    queue = GroupQueue(bound=1)
+    queue.put(Group((0, 0), DataProto.from_dict({"x": torch.zeros(2, 1)}), 0, {}, {}))
+    assert len(queue.take(2, current=0, on_stale=lambda g: None, ended=lambda: True)) == 1
+    assert queue.take(2, current=0, on_stale=lambda g: None, ended=lambda: True) == []
 
 
 def test_every_prompt_is_trained_exactly_once_across_a_kill():
