@@ -5,7 +5,9 @@ Shown: one-step-off at lag 0 gives the synchronous trainer's metrics (the async 
 degenerates to sync); at lag 1 every batch after the first is exactly one version old;
 a fully async run killed after a checkpoint and resumed keeps every group within the bound,
 reports its queue and trains every prompt exactly once, the ones that were generating or
-queued at the save included."""
+queued at the save included; SkyRL's simulated trainer (async_training.simulate_training)
+sleeps each step and each push the configured seconds while generation goes on, with no
+trainer model."""
 
 from __future__ import annotations
 
@@ -148,3 +150,45 @@ def test_fully_async_with_an_environment_and_dynamic_sampling(tiny_model_dir, ar
     assert max(h["critic/score/max"] for h in history) <= 1.0  # no flat group trained
     assert history[-1]["async/dropped_flat"] > 0  # about half the questions have even answers
     assert len(out["positions"]) == 6 == len(set(out["positions"]))
+
+
+def test_simulated_steps_sleep_while_generation_goes_on(tiny_model_dir, arithmetic_files, tmp_path):
+    """hybrid/async_sim.py: each step's recorded time is the configured sleep, each push holds the
+    engine the configured seconds and advances its version, generation goes on and is scored,
+    and no trainer worker exists to change the weights."""
+    step_s, sync_s = 0.4, 0.2
+    out = train(
+        run_config(
+            tiny_model_dir,
+            arithmetic_files,
+            tmp_path,
+            "trainer.total_training_steps=3",
+            "trainer.resume_mode=disable",
+            *SEPARATE,
+            f"{AT}.mode=fully_async",
+            f"{AT}.staleness_threshold=1.0",
+            f"{AT}.trigger_parameter_sync_step=1",
+            f"{AT}.simulate_training=true",
+            f"{AT}.simulate_training_step_seconds={step_s}",
+            f"{AT}.simulate_weight_sync_seconds={sync_s}",
+        ),
+        inspect=lambda trainer: {
+            "trainer_groups": trainer.actor_rollout_wg,
+            "started": trainer.producer.started,
+            "engine_version": trainer.engines.version,
+        },
+    )
+    history = out["history"]
+    assert len(history) == 3
+    for h in history:
+        # The step's "training" is the sleep, measured around it (a sleep never ends early).
+        assert step_s <= h["timing_s/simulated_step"] < step_s + 0.15, h["timing_s/simulated_step"]
+        # The push: the engine paused, held sync_s, resumed (plus waiting for its call in progress).
+        assert h["timing_s/update_weights"] >= sync_s, h["timing_s/update_weights"]
+        assert h["response_length/mean"] > 0 and "critic/score/mean" in h
+        assert not any(k.startswith(("actor/", "critic/advantages", "critic/returns")) for k in h)
+    # Versions advance as in training (a push after every step), so staleness is accounted.
+    assert [h["async/engine_version"] for h in history] == [0.0, 1.0, 2.0]
+    assert out["engine_version"] == 3 and max(_staleness(history)) <= 1
+    assert out["trainer_groups"] is None  # no trainer model: nothing changes the weights
+    assert out["started"] >= 3 * 2  # 3 steps x ppo_mini_batch_size groups, and generation ran ahead
