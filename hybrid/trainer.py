@@ -33,6 +33,7 @@ from hybrid.batch_ops import (
 from hybrid.checkpointing import RunCheckpoints
 from hybrid.config import HybridConfig, typed_config
 from hybrid.core_algos import agg_loss, get_kl_controller, kl_in_reward
+from hybrid.dummy_steps import run_dummy_steps
 from hybrid.errors import RunStopped, mark_training_started
 from hybrid.interrupts import StopSignals
 from hybrid.metrics import (
@@ -313,6 +314,9 @@ class PPOTrainer:
             config=dataclasses.asdict(cfg),
             local_dir=cfg.trainer.default_local_dir,
         )
+        if cfg.trainer.num_dummy_steps:  # SkyRL's full-context trainer: dummy steps only, no resume
+            mark_training_started()
+            return run_dummy_steps(self)
         self.checkpoints.resume(self.state, self.groups)  # trainer.resume_mode: step and data position
         self.tracker.continue_from(self.state.global_step)
         mark_training_started()  # failures from here on exit with status 1 (hybrid/errors.py)

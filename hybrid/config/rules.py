@@ -407,6 +407,8 @@ def _check_trainer(config: HybridConfig, problems: Problems) -> None:
             f"trainer.total_epochs={trainer.total_epochs} trains nothing: a run is at most total_epochs passes "
             f"over the training data, whatever trainer.total_training_steps says; set trainer.total_epochs >= 1"
         )
+    if valid(trainer.num_dummy_steps, trainer.val_only) and trainer.num_dummy_steps > 0:
+        _check_dummy_steps(config, problems)
     if trainer.resume_mode == "resume_path":
         if trainer.resume_from_path is None:
             problems.add("trainer.resume_mode='resume_path' needs trainer.resume_from_path (a global_step_* folder)")
@@ -418,6 +420,21 @@ def _check_trainer(config: HybridConfig, problems: Problems) -> None:
             problem = resume_path_problem(os.path.abspath(trainer.resume_from_path), need_critic=critic_used)
             if problem:
                 problems.add(problem)
+
+
+def _check_dummy_steps(config: HybridConfig, problems: Problems) -> None:
+    """trainer.num_dummy_steps (hybrid/dummy_steps.py) runs on the fused trainer, instead of training."""
+    steps = config.trainer.num_dummy_steps
+    if config.trainer.val_only is True:
+        problems.add(
+            f"trainer.num_dummy_steps={steps} with trainer.val_only=true: one runs only dummy steps, the other only "
+            f"validation; set trainer.num_dummy_steps=0 or trainer.val_only=false"
+        )
+    if config.actor_rollout_ref.hybrid_engine is False:
+        problems.add(
+            f"trainer.num_dummy_steps={steps} runs on the fused trainer only: set actor_rollout_ref.hybrid_engine=true "
+            f"(SkyRL: trainer.placement.colocate_all=true) for the dummy run"
+        )
 
 
 def _check_device_switches(config: HybridConfig, problems: Problems) -> None:

@@ -232,6 +232,7 @@ class TrainerConfig:
     hf_export_dir: str | None  # null: <default_local_dir>/hf_exports
     plot_on_finish: bool
     dump_data_batch: bool  # SkyRL's: the training batch of every step written for debugging
+    num_dummy_steps: Annotated[int, NonNegative()]  # SkyRL's: N steps on random max-length batches, then the end
     worker_env_vars: dict[str, Any]  # ROLL's system_envs: set before the driver and the workers start
     ray_wait_register_center_timeout: PositiveInt
     use_legacy_worker_impl: Annotated[

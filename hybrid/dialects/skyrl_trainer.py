@@ -34,7 +34,15 @@ from hybrid.dialects.skyrl_convert import (
     _warmup,
     free_form,
 )
-from hybrid.dialects.table import choice, custom, ignore, refuse, same, via
+from hybrid.dialects.table import Context, Refusal, choice, custom, ignore, refuse, same, via
+
+
+def _dummy_steps(value, ctx: Context) -> dict:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        # SkyRL's FullCtxTrainer runs range(num_dummy_steps) dummy steps and never trains for real.
+        raise Refusal("SkyRL's full-context trainer with no dummy step runs nothing at all; give N >= 1")
+    return {"trainer.num_dummy_steps": value}
+
 
 # What SkyRL's fully async keys write (both of their rules).
 FULLY_ASYNC_TARGETS = (
@@ -249,11 +257,16 @@ TRAINER_RULES = (
         f"{ARR}.model.use_remove_padding",
         note="hybrid packs the valid tokens of a micro batch (SkyRL's older name: trainer.use_sample_packing)",
     ),
-    refuse(
+    custom(
         "trainer.num_dummy_steps",
-        "SkyRL's full-context example trainer (examples/train_scripts/full_context) runs this many steps on "
-        "random max-length sequences to find memory limits; hybrid has no such trainer: train a few steps "
-        "with data.max_prompt_length and data.max_response_length at their limits instead",
+        ("trainer.num_dummy_steps",),
+        _dummy_steps,
+        "N >= 1 -> same value; 0 refused",
+        "SkyRL's full-context trainer (examples/train_scripts/full_context, the key stands for its entry point): "
+        "N steps on random batches of train_batch_size x n_samples_per_prompt sequences of max_input_length + "
+        "max_generate_length tokens (policy, ref and critic forwards, advantages, critic and policy updates), "
+        "logged, then the run ends without real training, eval or checkpoint; hybrid's also pushes the weights "
+        "to the engine as its real step does (hybrid/dummy_steps.py)",
     ),
     ignore("trainer.flash_attn", "hybrid picks the attention kernel itself (packed varlen attention where available)"),
     refuse("trainer.disable_fast_tokenizer", "hybrid loads the tokenizer with transformers' defaults", accept=(False,)),

@@ -27,7 +27,8 @@ check, plus what the example's own entry module changes (ENTRY_MODULES below): a
 environment the entry module registers (skyrl_gym.register(id, entry_point)) is named by that
 entry point (`module.path:ClassName`, which hybrid imports the way skyrl-gym does); DAPO's
 entry modules apply their soft overlong penalty with their defaults; the asynchronous ones
-stand for SkyRL's asynchronous trainers; entry modules that replace SkyRL's generator or
+stand for SkyRL's asynchronous trainers; the full-context one for its dummy steps
+(trainer.num_dummy_steps, 5 unless given); entry modules that replace SkyRL's generator or
 trainer with their own code are refused, naming what they replace.
 """
 
@@ -102,9 +103,11 @@ ENTRY_MODULES: dict[str, tuple] = {
         "no-op advantage); hybrid has no on-policy distillation trainer",
     ),
     "examples.train_scripts.full_context.main_full_ctx": (
-        "refuse",
-        "its own trainer (trainer.num_dummy_steps steps on random max-length sequences, to find memory "
-        "limits); hybrid has no such trainer",
+        "add",
+        {"trainer.num_dummy_steps": 5},
+        "SkyRL's full-context trainer: trainer.num_dummy_steps (its FullCtxTrainerConfig's default 5 unless given) "
+        "steps on random max-length sequences, then the run ends: hybrid's trainer.num_dummy_steps "
+        "(hybrid/dummy_steps.py)",
     ),
     "examples.train.mini_swe_agent.main_mini_swe": ("refuse", "its own generator (mini-swe-agent in containers)"),
     "examples.train.rlm.main_rlm": ("refuse", "its own generator (recursive parent/child agents)"),

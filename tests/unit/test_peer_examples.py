@@ -133,7 +133,7 @@ def test_skyrl_loss_estimator_and_packing_values():
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["trainer.num_dummy_steps=5"], "full-context example trainer"),
+        (["trainer.num_dummy_steps=0"], "full-context trainer with no dummy step runs nothing"),
         (["trainer.critic.model.lora.rank=8", "trainer.critic.model.lora.dropout=0.1"], "LoRA has no dropout key"),
         (["trainer.algorithm.policy_loss_type=dppo"], "no DPPO loss"),
         (["trainer.algorithm.policy_loss_type=cross_entropy"], "hybrid.sft_trainer"),
