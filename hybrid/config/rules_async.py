@@ -122,7 +122,9 @@ def _check_fits(config: HybridConfig, problems: Problems) -> None:
         return
     from workers.device import is_cuda_available  # the one device helper (imports torch)
 
-    asked = trainer.n_gpus_per_node + placement.n_gpus_per_node
+    # The simulated trainer (async_training.simulate_training) starts no training rank.
+    ranks = 0 if config.async_training.simulate_training is True else trainer.n_gpus_per_node
+    asked = ranks + placement.n_gpus_per_node
     if is_cuda_available():
         import torch
 

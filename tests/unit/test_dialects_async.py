@@ -255,6 +255,20 @@ def test_simulated_training_refuses_what_needs_trainer_models():
     assert build_config([*apart, f"{AT}.simulate_training=true", *off]).async_training.simulate_training is True
 
 
+def test_simulated_training_needs_devices_for_the_engines_only(monkeypatch):
+    import hybrid.config.rules_async as rules_async
+
+    monkeypatch.setattr(rules_async.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr("workers.device.is_cuda_available", lambda: False)
+    line = ["actor_rollout_ref.hybrid_engine=false", "rollout.n_gpus_per_node=2", f"{AT}.mode=fully_async"]
+    line += ["trainer.n_gpus_per_node=2", "trainer.test_freq=-1", "trainer.val_before_train=false"]
+    with pytest.raises(ConfigError, match="2 training ranks \\+ rollout.n_gpus_per_node=2 engine devices = 4, but"):
+        build_config(line)
+    # No training rank starts: the two engine devices fit the two cores.
+    sim = build_config([*line, f"{AT}.simulate_training=true", "trainer.resume_mode=disable"])
+    assert sim.async_training.simulate_training is True
+
+
 def test_simulated_engines_read_the_model_folder():
     from hybrid.async_sim import engines_config
 
