@@ -18,6 +18,7 @@ What each one reads:
     reinforce_plus_plus_baseline  index
     remax                         reward_baselines (B,): the reward of the greedy response
     gpg                           index, f_norm
+    no_op                         nothing else: the token-level rewards are the advantages (SkyRL's)
 
 ``index`` is a numpy array of group ids (the prompt uid of each response). Outcome
 estimators use the sequence score ``token_level_rewards.sum(-1)``.
@@ -81,6 +82,7 @@ __all__ = list(_losses_all) + [
     "compute_gpg_outcome_advantage",
     "compute_maxrl_advantage",
     "compute_simple_baseline_advantage",
+    "compute_no_op_advantage",
     "FixedKLController",
     "AdaptiveKLController",
     "get_kl_controller",
@@ -403,6 +405,18 @@ def compute_simple_baseline_advantage(
     with torch.no_grad():
         rewards = (token_level_rewards * response_mask).sum(dim=-1, keepdim=True)
         adv = (rewards - rewards.mean()) * response_mask
+    return adv, adv.clone()
+
+
+@register_adv_est("no_op")
+def compute_no_op_advantage(
+    token_level_rewards: torch.Tensor, response_mask: torch.Tensor, config: Any = None, **kwargs
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The estimator SkyRL's on-policy distillation example registers
+    (examples/train/on_policy_distillation): the token-level rewards passed through as both the
+    advantages and the returns (there, the teacher's per-token grades: hybrid/distillation.py)."""
+    with torch.no_grad():
+        adv = token_level_rewards * response_mask
     return adv, adv.clone()
 
 

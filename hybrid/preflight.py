@@ -4,8 +4,9 @@ show, found in seconds instead of after a model and an engine have started.
 `check_inputs(config)` looks at what the typed config names and raises `InputError` (exit
 status 2) listing every problem it finds, each naming the key and the file:
 
-- model and tokenizer folders (actor, critic, reward model) exist and hold a config,
-  weights and tokenizer files; a Hugging Face repo id must be in the local cache;
+- model and tokenizer folders (actor, reference, critic, reward model) exist and hold a
+  config, weights and tokenizer files; a Hugging Face repo id must be in the local cache; a
+  reference model of its own (a distillation teacher) uses the actor's tokenizer;
 - data files exist, parse, have rows, the prompt column, the `data.reward_fn_key` column
   and `reward_model.ground_truth`; the training files hold at least one batch;
 - every `data_source` value has a built-in scorer, or a custom reward function is set;
@@ -91,6 +92,9 @@ def _model_uses(config) -> dict[str, tuple[list[str], set[str]]]:
         ),
         ("actor_rollout_ref.model.tokenizer_path", arr.model.tokenizer_path, {"tokenizer"}),
     ]
+    teacher = _reference_model(config)
+    if teacher:
+        uses.append(("actor_rollout_ref.ref.model.path", teacher, {"model"}))
     if config.use_critic:
         critic = config.critic.model
         uses.append(
@@ -112,6 +116,13 @@ def _model_uses(config) -> dict[str, tuple[list[str], set[str]]]:
     return by_path
 
 
+def _reference_model(config) -> str | None:
+    """The reference model's own folder, when one is loaded and it is not the actor's."""
+    arr = config.actor_rollout_ref
+    path = arr.ref.model.path
+    return path if config.use_reference_policy and path and path != arr.model.path else None
+
+
 def check_model_folders(config, found: Findings) -> None:
     for path, (keys, needs) in _model_uses(config).items():
         problem = model_folder_problem(path, needs)
@@ -123,11 +134,15 @@ def check_model_folders(config, found: Findings) -> None:
 def check_model_settings(config, found: Findings) -> None:
     """Settings the model's config.json can refuse before it loads: the fused output layer
     insisted on for a model that transforms its logits, more sequence-parallel ranks than
-    attention heads."""
+    attention heads, a reference model (a distillation teacher) with another vocabulary."""
     from workers.response_head import logit_transform
 
     arr = config.actor_rollout_ref
     models = [("actor_rollout_ref", arr.model.path, arr.actor.ulysses_sequence_parallel_size)]
+    teacher = _reference_model(config)
+    if teacher:
+        models.append(("actor_rollout_ref", teacher, arr.actor.ulysses_sequence_parallel_size))
+        _check_teacher_vocabulary(config, teacher, found)
     if config.use_critic:
         models.append(("critic", config.critic.model.path, config.critic.ulysses_sequence_parallel_size))
     for section, path, sp in models:
@@ -147,6 +162,28 @@ def check_model_settings(config, found: Findings) -> None:
                 f"{key}.ulysses_sequence_parallel_size={sp} is more than the {heads} attention heads of "
                 f"{_shown(path)}; use at most {heads}"
             )
+
+
+def _check_teacher_vocabulary(config, teacher: str, found: Findings) -> None:
+    """The reference model (hybrid/distillation.py) grades the student's token ids: same tokenizer."""
+    from hybrid.distillation import teacher_vocabulary_problem
+
+    model = config.actor_rollout_ref.model
+    if _placeholder(model.path) or _placeholder(model.tokenizer_path):
+        return  # the default model is prepared by the run, after these checks
+    full = os.path.abspath(os.path.expanduser(teacher))
+    # A local folder without tokenizer files has only its output size to compare.
+    has_tokenizer = not os.path.isdir(full) or bool(set(os.listdir(full)) & set(TOKENIZER_FILES))
+    local = [os.path.expanduser(p) for p in (model.path, model.tokenizer_path or model.path, teacher)]
+    try:
+        problem = teacher_vocabulary_problem(
+            local[0], local[1], local[2], local[2] if has_tokenizer else None, model.trust_remote_code
+        )
+    except LOAD_ERRORS as err:
+        found.add(f"actor_rollout_ref.ref.model.path={teacher!r}: cannot read its config or tokenizer ({err})", err)
+        return
+    if problem:
+        found.add(problem)
 
 
 def _model_config(path: str | None) -> dict | None:

@@ -1,10 +1,10 @@
 """PPOTrainer.fit: the single controller. One step, as data (docs/architecture.md):
 
 rollout (n samples per prompt, uid per prompt) -> reward -> old log-probs (unless the
-update is on-policy) -> reference log-probs (when KL is used) -> values (GAE) -> KL in
-reward -> advantages on the driver -> critic update -> actor update (after critic_warmup)
--> weights to the engine -> metrics -> validation every `test_freq` -> checkpoint every
-`save_freq`.
+update is on-policy) -> reference log-probs (when KL is used, or a distillation teacher) ->
+values (GAE) -> KL in reward (or the teacher's grades) -> advantages on the driver -> critic
+update -> actor update (after critic_warmup) -> weights to the engine -> metrics ->
+validation every `test_freq` -> checkpoint every `save_freq`.
 
 The driver never touches weights; every call to a worker group carries a DataProto.
 Generating and scoring are hybrid/rollouts.py's, validation hybrid/validation.py's, the
@@ -33,6 +33,7 @@ from hybrid.batch_ops import (
 from hybrid.checkpointing import RunCheckpoints
 from hybrid.config import HybridConfig, typed_config
 from hybrid.core_algos import agg_loss, get_kl_controller, kl_in_reward
+from hybrid.distillation import distillation_rewards
 from hybrid.dummy_steps import run_dummy_steps
 from hybrid.errors import RunStopped, mark_training_started
 from hybrid.interrupts import StopSignals
@@ -209,10 +210,18 @@ class PPOTrainer:
         return batch
 
     def _advantages(self, batch: DataProto, metrics: dict) -> DataProto:
-        """Rewards (the KL penalty in them when use_kl_in_reward), their clipping, the advantages,
-        and PF-PPO's resampling: the batch the updates train on."""
+        """Rewards (the KL penalty in them when use_kl_in_reward; with on_policy_distillation the
+        teacher's grades instead, hybrid/distillation.py), their clipping, the advantages, and
+        PF-PPO's resampling: the batch the updates train on."""
         algorithm = self.config.algorithm
-        if algorithm.use_kl_in_reward:
+        if algorithm.on_policy_distillation:
+            tensors = batch.batch
+            rewards, distill_metrics = distillation_rewards(
+                tensors["old_log_probs"], tensors["ref_log_prob"], tensors["response_mask"]
+            )
+            tensors["token_level_rewards"] = rewards
+            metrics.update(distill_metrics)
+        elif algorithm.use_kl_in_reward:
             rewards, kl_metrics = kl_in_reward(
                 batch.batch["token_level_scores"],
                 batch.batch["old_log_probs"],

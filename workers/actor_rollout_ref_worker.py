@@ -101,16 +101,22 @@ class ActorRolloutRefWorker(ProfiledWorker, Worker):
         return True
 
     def _load_causal_lm(
-        self, fsdp_config: FSDPConfig, trainable: bool, offload_policy: bool = False, lora: bool = False
+        self,
+        fsdp_config: FSDPConfig,
+        trainable: bool,
+        offload_policy: bool = False,
+        lora: bool = False,
+        path: str | None = None,
     ):
-        """The policy (`lora`: with its adapters) or the reference policy (the base model), both
-        on the actor's device mesh (`actor.fsdp_config.fsdp_size`), as verl's fused worker."""
+        """The policy (`lora`: with its adapters) or the reference policy (the base model, or the
+        model at `path`), both on the actor's device mesh (`actor.fsdp_config.fsdp_size`), as
+        verl's fused worker."""
         from transformers import AutoModelForCausalLM
 
         model = self.config.model
         return load_hf_model(
             AutoModelForCausalLM,
-            model.path,
+            path or model.path,
             fsdp_config,
             seed=self.config.rollout.seed,
             trainable=trainable,
@@ -153,12 +159,22 @@ class ActorRolloutRefWorker(ProfiledWorker, Worker):
             check_heads(self.hf_config, self.sp.size, SP_KEY)
 
     def _build_ref(self):
+        """The reference policy: the actor's base model (under LoRA the actor's own module with its
+        adapters off), or another model at `ref.model.path` (a distillation teacher; loaded on its
+        own even under LoRA, where verl would take the actor's base)."""
         use_remove_padding = self.config.model.use_remove_padding
-        if self.is_lora and self.role.has_actor:
+        other = self.config.ref.model.path
+        if other is not None and other != self.config.model.path:
+            path = model_path_in_shm(other) if self.config.model.use_shm else other
+            ref_module, ref_config = self._load_causal_lm(self.config.ref.fsdp_config, trainable=False, path=path)
+            # The engine, the checkpoints and the FLOPs count keep the policy's own config.
+            self.hf_config = self.hf_config if self.actor_module is not None else ref_config
+        elif self.is_lora and self.role.has_actor:
             self.ref_in_actor = True
-            ref_module = self.actor_module
+            ref_module, ref_config = self.actor_module, self.hf_config
         else:
             ref_module, self.hf_config = self._load_causal_lm(self.config.ref.fsdp_config, trainable=False)
+            ref_config = self.hf_config
         chunk_logits = uses_fused_head(self.config.model.use_fused_kernels, ref_module)
         self.ref = DataParallelPPOActor(
             ref_module,
@@ -168,7 +184,7 @@ class ActorRolloutRefWorker(ProfiledWorker, Worker):
             sp=self.sp,
         )
         if self.sp:
-            check_heads(self.hf_config, self.sp.size, SP_KEY)
+            check_heads(ref_config, self.sp.size, SP_KEY)
 
     def _build_rollout(self):
         cfg = self.config.rollout

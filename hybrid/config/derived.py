@@ -74,6 +74,7 @@ def _on_policy_update(config: HybridConfig, correction: CorrectionSettings | Non
         # batch_adjust may bring the batch to several mini batches: on-policy only when it makes exactly one
         and algorithm.batch_adjust.multiple in (None, actor.ppo_mini_batch_size * config.actor_rollout_ref.rollout.n)
         and not algorithm.use_kl_in_reward
+        and not algorithm.on_policy_distillation  # its reward reads the old log-probs
         and not algorithm.filter_groups.enable
         and not (correction is not None and (correction.bypass or correction.needs_whole_batch))
     )

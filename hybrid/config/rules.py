@@ -12,13 +12,14 @@ from typing import Any
 
 from hybrid.config.rules_async import check_async
 from hybrid.config.schema import HybridConfig
+from hybrid.distillation import check_distillation
 from protocol.config_schema import INVALID, Problems, fmt, section_names, valid
 from reward.config import OVERLONG, OVERLONG_KEYS, OVERLONG_VERL
 from workers.config import ActorRolloutRefConfig
 from workers.losses import KL_PENALTY_KINDS
 
 ARR = "actor_rollout_ref"
-GROUPLESS_ADV_ESTIMATORS = ("gae", "simple_baseline")
+GROUPLESS_ADV_ESTIMATORS = ("gae", "simple_baseline", "no_op")
 # `full` needs log-probs over the whole vocabulary; the workers keep only the sampled
 # tokens' (as verl does), so it cannot run from the config.
 KL_FULL_REASON = (
@@ -79,6 +80,7 @@ def check_config(config: HybridConfig, problems: Problems, world_size: int | Non
     _check_lengths(config, problems)
     _check_rollout_world(config, world, world_desc, problems)
     _check_algorithm(config, problems)
+    check_distillation(config, problems)
     config.algorithm.rollout_correction.check(problems, arr.actor)
     config.algorithm.difficulty_mask.check(problems)
     _check_actor(config, world, world_desc, problems)

@@ -185,6 +185,7 @@ class AlgorithmConfig:
     adv_estimator: Annotated[str, OneOf(_adv_estimators)]
     norm_adv_by_std_in_grpo: bool
     use_kl_in_reward: bool
+    on_policy_distillation: bool  # hybrid's: the reward is the reverse KL to the teacher (hybrid/distillation.py)
     kl_penalty: str
     kl_ctrl: KLControlConfig
     filter_groups: FilterGroupsConfig
@@ -337,7 +338,11 @@ class HybridConfig:
 
     @property
     def use_reference_policy(self) -> bool:
-        return bool(self.algorithm.use_kl_in_reward or self.actor_rollout_ref.actor.use_kl_loss)
+        """A KL term, or on-policy distillation (whose teacher is loaded as the reference)."""
+        algorithm = self.algorithm
+        return bool(
+            algorithm.use_kl_in_reward or self.actor_rollout_ref.actor.use_kl_loss or algorithm.on_policy_distillation
+        )
 
     @property
     def world_size(self) -> int:

@@ -10,9 +10,12 @@ key given on the same line). `translate_skyrl` returns the verl overrides or rai
 ConfigError naming every key that has no equivalent, with the reason.
 
 SkyRL picks its trainer by entry module, which no key says; hybrid's own `async_training.*`
-keys (HYBRID_KEYS) may therefore be added to a SkyRL line and pass through unchanged, replacing
-what the SkyRL keys would write there. SkyRL's one-step-off entry module
-(examples/train/async/main_async) is `async_training.max_staleness_steps=1` on the line.
+keys and `algorithm.on_policy_distillation` (HYBRID_KEYS) may therefore be added to a SkyRL
+line and pass through unchanged, replacing what the SkyRL keys would write there. SkyRL's
+one-step-off entry module (examples/train/async/main_async) is
+`async_training.max_staleness_steps=1` on the line, its on-policy distillation one
+(examples/train/on_policy_distillation/main_on_policy_distill)
+`algorithm.on_policy_distillation=true`.
 
 Units match verl's almost everywhere (SkyRL's `policy_mini_batch_size` is in prompts, its
 micro batches in samples per GPU, like verl); the exceptions are transformed here:
@@ -369,18 +372,24 @@ DIALECT = Dialect(
         "step s trains, as SkyRL's. One difference: SkyRL restarts its generation loop at every epoch, so the "
         "first step of an epoch trains a batch generated with the current weights; hybrid keeps the one-step lag "
         "across epochs.",
+        "On-policy distillation (entry module examples.train.on_policy_distillation.main_on_policy_distill) has no "
+        "key of its own either: add hybrid's algorithm.on_policy_distillation=true to the line. The teacher is "
+        "trainer.ref.model.path (hybrid's actor_rollout_ref.ref.model.path, the student's tokenizer); each token's "
+        "reward is -(student log-prob - teacher log-prob), the environment's reward dropped, and "
+        "advantage_estimator=no_op passes it through, as SkyRL's trainer does after its log-prob passes.",
     ),
 )
 
 
-# hybrid keys a SkyRL line may carry (SkyRL has no section of this name): the schedule that a
-# SkyRL entry module chooses, written by the user in hybrid's words.
-HYBRID_KEYS = ("async_training.",)
+# hybrid keys a SkyRL line may carry (SkyRL has no section of this name): what a SkyRL entry
+# module chooses (a schedule, on-policy distillation's reward), written by the user in hybrid's words.
+ASYNC_KEYS = ("async_training.",)
+HYBRID_KEYS = (*ASYNC_KEYS, "algorithm.on_policy_distillation=")
 
 
 def _hybrid_key(raw: str) -> str | None:
     key = raw.split("=", 1)[0]
-    return key if key.startswith(HYBRID_KEYS) else None
+    return key if raw.startswith(HYBRID_KEYS) else None
 
 
 def translate_skyrl(overrides: list[str]) -> list[str]:
@@ -427,9 +436,10 @@ def translate_skyrl(overrides: list[str]) -> list[str]:
             problems.append(
                 f"{key}={given[key]}: cannot resolve the value ({type(err).__name__}: {err})".replace("\n", " ")
             )
-    if hybrid_lines and resolved.get("trainer.placement.colocate_all", True) is not False:
+    async_lines = [raw for raw in hybrid_lines if raw.startswith(ASYNC_KEYS)]
+    if async_lines and resolved.get("trainer.placement.colocate_all", True) is not False:
         problems.append(
-            f"{hybrid_lines[0]}: hybrid's asynchronous schedules run the engines apart, and SkyRL's asynchronous "
+            f"{async_lines[0]}: hybrid's asynchronous schedules run the engines apart, and SkyRL's asynchronous "
             "trainers assert so too: add trainer.placement.colocate_all=false"
         )
     if problems:

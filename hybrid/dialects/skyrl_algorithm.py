@@ -47,9 +47,11 @@ ALGORITHM_RULES = (
             "reinforce++": "reinforce_plus_plus",
             "maxrl": "maxrl",
             "simple_baseline": "simple_baseline",
+            "no_op": "no_op",
         },
         note="simple_baseline: the estimator SkyRL's custom-estimator example registers in its entry point "
-        "(the response reward minus the batch mean), built into hybrid",
+        "(the response reward minus the batch mean), built into hybrid; no_op: the one its on-policy distillation "
+        "example registers (the token rewards are the advantages), built in too",
     ),
     same("trainer.algorithm.grpo_norm_by_std", "algorithm.norm_adv_by_std_in_grpo"),
     same("trainer.algorithm.lambd", "algorithm.lam"),

@@ -221,14 +221,14 @@ def _ref_sequence_parallel(value: Any, ctx: Context) -> dict[str, Any]:
 
 
 def _ref_path(value: Any, ctx: Context) -> dict[str, Any]:
+    """SkyRL's ref.model.path defaults to the policy's; another model (a distillation teacher)
+    is hybrid's ref.model.path, which hybrid refuses when nothing reads the reference (SkyRL
+    then never loads it)."""
     if value is None:
         return {}
     if ctx.has("trainer.policy.model.path") and ctx.get("trainer.policy.model.path") == value:
         return {}
-    raise Refusal(
-        "hybrid's reference model is the initial policy (trainer.policy.model.path); a different "
-        "reference model has no key"
-    )
+    return {f"{REF}.model.path": value}
 
 
 def _colocated(ctx: Context) -> bool:

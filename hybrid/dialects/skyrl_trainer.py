@@ -95,7 +95,14 @@ TRAINER_RULES = (
         "hybrid hands LoRA weights to its engines directly (in memory, or through Ray's object store), "
         "not through a folder",
     ),
-    custom("trainer.ref.model.path", (), _ref_path, "null or the policy's path accepted"),
+    custom(
+        "trainer.ref.model.path",
+        (f"{ARR}.ref.model.path",),
+        _ref_path,
+        "null or the policy's path: nothing; another model: the same value",
+        note="the reference model (a distillation teacher), loaded when a KL term or algorithm.on_policy_distillation "
+        "reads it",
+    ),
     custom("trainer.critic.model.path", ("critic.model.path",), _critic_path, "same value"),
     free_form("trainer.policy.model_config_kwargs.*", f"{ARR}.model.override_config"),
     free_form("trainer.critic.model_config_kwargs.*", "critic.model.override_config"),

@@ -98,9 +98,11 @@ ENTRY_MODULES: dict[str, tuple] = {
         "which the script's trainer.fully_async.simulate_training=true asks for",
     ),
     "examples.train.on_policy_distillation.main_on_policy_distill": (
-        "refuse",
-        "its own trainer (the reward is the reverse KL to a teacher loaded as the reference model, with a "
-        "no-op advantage); hybrid has no on-policy distillation trainer",
+        "add",
+        {"algorithm.on_policy_distillation": "true"},
+        "its own trainer: each token's reward is -(student log-prob - teacher log-prob), the teacher loaded as the "
+        "reference model (trainer.ref.model.path), and the no_op estimator passes it through: hybrid's "
+        "algorithm.on_policy_distillation=true (hybrid/distillation.py)",
     ),
     "examples.train_scripts.full_context.main_full_ctx": (
         "add",

@@ -328,7 +328,6 @@ SKYRL_REFUSED = [
     ("trainer.policy.model.lora.dropout=0.1", "dropout"),
     ("trainer.critic.model.lora.dropout=0.1", "dropout"),
     ("trainer.policy.record_memory=true", "memory-snapshot"),
-    ("trainer.ref.model.path=/other", "initial policy"),
     ("trainer.max_ckpts_to_keep=0", "keeps nothing"),
 ]
 

@@ -4,7 +4,7 @@ the fused worker's `actor_rollout_ref` (model, actor, ref, rollout), the `critic
 micro-batching). The driver's config (hybrid/config/schema.py) composes them and fills
 their derived fields; workers take the typed object and read units from it."""
 
-from workers.config.actor import ActorConfig, PolicyLossConfig, RefConfig
+from workers.config.actor import ActorConfig, PolicyLossConfig, RefConfig, RefModelConfig
 from workers.config.actor_rollout_ref import ActorRolloutRefConfig
 from workers.config.batching import LogProbBatching, MicroBatching, mini_batch_samples_per_rank, shares_prompts
 from workers.config.critic import CriticConfig, CriticModelConfig
@@ -50,6 +50,7 @@ __all__ = [
     "ProfilerConfig",
     "ProfilerToolConfig",
     "RefConfig",
+    "RefModelConfig",
     "RewardModelConfig",
     "RewardModelModelConfig",
     "RolloutConfig",

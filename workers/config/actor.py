@@ -112,9 +112,19 @@ class ActorConfig:
 
 
 @dataclass(frozen=True)
+class RefModelConfig:
+    """`actor_rollout_ref.ref.model` (verl's legacy FSDP worker reads it as `+actor_rollout_ref.ref.model.path`)."""
+
+    # null: the reference is the initial policy (actor_rollout_ref.model.path); a folder: another
+    # model, e.g. the teacher of on-policy distillation (hybrid/distillation.py)
+    path: str | None
+
+
+@dataclass(frozen=True)
 class RefConfig(LogProbBatching):
     """`actor_rollout_ref.ref`: the frozen reference policy's log-prob pass."""
 
+    model: RefModelConfig
     strategy: Annotated[str, FSDP]
     log_prob_micro_batch_size: int | None
     log_prob_micro_batch_size_per_gpu: OptionalPositiveInt
