@@ -153,15 +153,42 @@ def clip_rewards_and_advantages(batch: DataProto, algorithm, metrics: dict) -> N
         clipped, share = clamp_masked(tensors["token_level_rewards"], float(algorithm.reward_clip), mask)
         tensors["token_level_rewards"] = clipped
         metrics["critic/token_reward_clip_frac"] = share
-    compute_advantage(batch, algorithm)
-    if algorithm.whiten_advantages and mask.sum() > 1:
-        # ROLL's agentic whiten_advantages: over the batch's response tokens (unbiased variance), then masked;
-        # skipped, as ROLL skips it, with fewer than two tokens
-        tensors["advantages"] = masked_whiten(tensors["advantages"], mask) * mask
+    if algorithm.advantages_per_domain:
+        _advantages_per_domain(batch, algorithm)
+    else:
+        _advantages(batch, algorithm)
     if algorithm.advantage_clip is not None:
         clipped, share = clamp_masked(tensors["advantages"], float(algorithm.advantage_clip), mask)
         tensors["advantages"] = clipped
         metrics["critic/advantage_clip_frac"] = share
+
+
+def _advantages(batch: DataProto, algorithm) -> None:
+    compute_advantage(batch, algorithm)
+    mask = batch.batch["response_mask"]
+    if algorithm.whiten_advantages and mask.sum() > 1:
+        # ROLL's agentic whiten_advantages: over the batch's response tokens (unbiased variance), then masked;
+        # skipped, as ROLL skips it, with fewer than two tokens
+        batch.batch["advantages"] = masked_whiten(batch.batch["advantages"], mask) * mask
+
+
+def _advantages_per_domain(batch: DataProto, algorithm) -> None:
+    """`algorithm.advantages_per_domain` (ROLL's multi-domain RLVR pipeline groups the batch by
+    its `domain` column and computes each domain's advantages apart): the estimator and the
+    whitening see one domain's rows at a time, so statistics over the batch (gae's and
+    reinforce_plus_plus's whitening, whiten_advantages) are each domain's; estimators over
+    prompt groups give the same either way (a group's rows share a domain)."""
+    domains = batch.non_tensor_batch["domain"]
+    advantages = torch.zeros_like(batch.batch["token_level_rewards"])
+    returns = torch.zeros_like(advantages)
+    for domain in dict.fromkeys(domains.tolist()):
+        rows = np.flatnonzero(domains == domain)
+        part = batch.select_idxs(rows)
+        _advantages(part, algorithm)
+        index = torch.from_numpy(rows)
+        advantages[index] = part.batch["advantages"].to(advantages.dtype)
+        returns[index] = part.batch["returns"].to(returns.dtype)
+    batch.batch["advantages"], batch.batch["returns"] = advantages, returns
 
 
 def clamp_masked(values: torch.Tensor, bound: float, mask: torch.Tensor) -> tuple[torch.Tensor, float]:

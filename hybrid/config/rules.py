@@ -237,6 +237,11 @@ def _check_algorithm(config: HybridConfig, problems: Problems) -> None:
             f"{ARR}.actor.use_kl_loss=True and algorithm.use_kl_in_reward=True are mutually "
             f"exclusive: apply the KL penalty either in the loss or in the reward, not both"
         )
+    if algo.advantages_per_domain is True and not config.data.domain_quotas:
+        problems.add(
+            "algorithm.advantages_per_domain=True groups the batch by each row's domain, which data.domain_quotas "
+            "gives; set data.domain_quotas or advantages_per_domain=false"
+        )
 
 
 def _deprecated_micro(problems: Problems, old_key: str, old: Any, new_key: str, new: Any) -> None:

@@ -198,6 +198,7 @@ class AlgorithmConfig:
     reward_clip: Annotated[float | None, Positive()]  # ROLL's: token-level rewards clamped to [-x, x]
     advantage_clip: Annotated[float | None, Positive()]  # ROLL's: advantages clamped to [-x, x]
     whiten_advantages: bool  # ROLL's: advantages whitened over the batch after the estimator
+    advantages_per_domain: bool  # ROLL's multi-domain pipeline: each domain's advantages apart (hybrid/batch_ops.py)
 
 
 @dataclass(frozen=True)

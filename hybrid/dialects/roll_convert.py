@@ -528,10 +528,19 @@ def _interleave(value: Any, ctx: Context) -> dict[str, Any]:
     for domain, p in items.items():
         if isinstance(p, bool) or not isinstance(p, (int, float)):
             raise Refusal(f"the probability of domain {domain} must be a number")
+    if ctx.get("add_token_level_kl", False) and ctx.get("target_kl", None) is not None:
+        raise Refusal(
+            "with several domains ROLL updates its adaptive KL controller once per domain each step (compute_token_"
+            "reward on each domain's rows); hybrid's updates once per step: set target_kl: null (a fixed coefficient) "
+            "or add_token_level_kl: false",
+            shared=True,
+        )
     return {
         **{f"data.domain_quotas.{domain}": float(p) for domain, p in items.items()},
         "data.reward_fn_key": "domain",
         "data.default_domain": ROLL_DEFAULT_DOMAIN,
+        # ROLL computes each domain's rewards and advantages apart (rlvr_pipeline.py, batch.group_by("domain"))
+        "algorithm.advantages_per_domain": True,
     }
 
 

@@ -199,12 +199,14 @@ SECTION_RULES: tuple[Rule, ...] = (
     ignore("actor_train.data_args.preprocessing_num_workers", "hybrid tokenises prompts as batches are drawn"),
     custom(
         "actor_train.data_args.domain_interleave_probs.*",
-        ("data.domain_quotas.<domain>", "data.reward_fn_key", "data.default_domain"),
+        ("data.domain_quotas.<domain>", "data.reward_fn_key", "data.default_domain", "algorithm.advantages_per_domain"),
         _interleave,
         "a {domain: probability} mapping; one domain: nothing written (every row is drawn); several: "
-        "data.domain_quotas (same mapping, same order), data.reward_fn_key=domain, data.default_domain=math_rule",
+        "data.domain_quotas (same mapping, same order), data.reward_fn_key=domain, data.default_domain=math_rule, "
+        "algorithm.advantages_per_domain=true; refused with add_token_level_kl and an adaptive KL (target_kl)",
         "several domains: every batch holds int(p x rollout_batch_size) prompts of each domain but the last, the "
-        "rest of the last, each domain's rows drawn as ROLL's schedulers draw them (hybrid/domains.py)",
+        "rest of the last, each domain's rows drawn as ROLL's schedulers draw them (hybrid/domains.py), and each "
+        "domain's advantages (its whitening included) computed over its own rows, as ROLL's pipeline does",
     ),
     ignore(
         "actor_train.data_args.interleave_probs",

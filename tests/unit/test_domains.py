@@ -249,3 +249,46 @@ def test_a_runs_batches_hold_the_quotas_and_each_domain_is_scored_by_its_own_sco
     )
     scores = manager(data).sum(dim=-1).tolist()
     assert scores == [1.0, 0.0, 0.0, 1.0]  # gsm8k reads '#### 4' only, math the boxed answer only
+
+
+def test_advantages_per_domain_whiten_each_domains_rows_apart():
+    """reinforce_plus_plus whitens returns over the batch; ROLL's multi-domain pipeline computes it per
+    domain. Rows of 2 tokens, the reward on the last: domain a's rows 1 and 0, domain b's 10 and 20.
+    Per domain, each pair of returns (x, y) over 4 tokens has mean (x+y)/2 and unbiased variance
+    4 (d/2)^2 / 3 (d = y - x), so the rows whiten to -+sqrt(3)/2, whatever the domain's scale."""
+    import dataclasses
+    import math
+
+    import numpy as np
+    import torch
+
+    from hybrid.batch_ops import clip_rewards_and_advantages
+    from hybrid.config import load_config, validate_config
+    from hybrid.trainer import as_typed
+    from protocol.data_proto import DataProto
+
+    cfg = load_config(["algorithm.adv_estimator=reinforce_plus_plus"])
+    validate_config(cfg)
+    algorithm = as_typed(cfg).algorithm
+    rewards = torch.tensor([[0.0, 1.0], [0.0, 0.0], [0.0, 10.0], [0.0, 20.0]])
+
+    def batch(domains):
+        return DataProto.from_single_dict(
+            {
+                "token_level_rewards": rewards.clone(),
+                "response_mask": torch.ones(4, 2),
+                "uid": np.array(["p", "q", "r", "s"], dtype=object),
+                "domain": np.array(domains, dtype=object),
+            }
+        )
+
+    split = batch(["a", "b", "a", "b"])  # interleaved: the rows go back where they came from
+    split.batch["token_level_rewards"] = rewards[[0, 2, 1, 3]]
+    clip_rewards_and_advantages(split, dataclasses.replace(algorithm, advantages_per_domain=True), {})
+    h = math.sqrt(3) / 2
+    expected = torch.tensor([[h, h], [-h, -h], [-h, -h], [h, h]])[[0, 2, 1, 3]]
+    assert torch.allclose(split.batch["advantages"], expected, atol=1e-4)
+    assert torch.equal(split.batch["returns"], rewards[[0, 2, 1, 3]].flip(-1).cumsum(-1).flip(-1))
+    whole = batch(["a", "a", "b", "b"])
+    clip_rewards_and_advantages(whole, algorithm, {})  # over the whole batch: domain b's scale dominates
+    assert whole.batch["advantages"][0, 0] < -0.5 and whole.batch["advantages"][1, 0] < -0.5

@@ -99,6 +99,7 @@ def test_two_domains_become_quotas_tags_and_scorers(tmp_path, capsys):
         "data.domain_scorers.math_rule": "math",
         "data.domain_scorers.school": "math",
     }
+    assert overrides["algorithm.advantages_per_domain"] is True  # ROLL computes each domain's advantages apart
     # the reference's Megatron forward is hybrid's FSDP2 forward; the engines colocate on all 4 devices
     assert overrides["actor_rollout_ref.ref.strategy"] == "fsdp2"
     assert (overrides["trainer.nnodes"], overrides["trainer.n_gpus_per_node"]) == (1, 4)
@@ -115,12 +116,14 @@ def test_two_domains_become_quotas_tags_and_scorers(tmp_path, capsys):
         ("+async_generation_ratio=1", "shares some of actor_train's devices"),
         ("reference.strategy_args.strategy_config.tensor_model_parallel_size=null", None),
         ("+reference.strategy_args.strategy_config.recompute_granularity=full", "not a layout setting"),
+        ("+add_token_level_kl=true", None),  # a fixed KL coefficient: the same in each domain
+        ("+add_token_level_kl=true +target_kl=0.1", "updates its adaptive KL controller once per domain"),
     ],
 )
 def test_what_stays_refused_around_the_multi_domain_mappings(tmp_path, override, reason):
     path = tmp_path / "rlvr.yaml"
     path.write_text(TWO_DOMAINS)
     if reason is None:
-        translate_argv(["--roll-config", str(path), override])
+        translate_argv(["--roll-config", str(path), *override.split()])
         return
-    assert any(reason in p for p in _problems(path, override))
+    assert any(reason in p for p in _problems(path, *override.split()))
