@@ -84,7 +84,8 @@ def _missing_package(backend: str, package: str, error: ImportError) -> ImportEr
 # (label, candidate keys in order of preference, formatter). The first key present wins.
 _CONSOLE_FIELDS: list[tuple[str, tuple[str, ...]]] = [
     ("score", ("critic/score/mean",)),
-    ("kl", ("actor/kl_loss", "actor/reward_kl_penalty", "actor/ppo_kl")),
+    # On-policy distillation's KL to the teacher first: it is what such a run minimises.
+    ("kl", ("distillation/reverse_kl", "actor/kl_loss", "actor/reward_kl_penalty", "actor/ppo_kl")),
     ("ent", ("actor/entropy",)),
     ("len", ("response_length/mean",)),
     # Agent loops (rollout.mode=async): trajectories in flight at most, the slow tail's latency.

@@ -69,6 +69,13 @@ def test_the_trainer_trains_on_the_teachers_grades_not_on_the_scores(kl_in_rewar
     assert "actor/reward_kl_penalty" not in metrics
 
 
+def test_the_console_line_shows_the_kl_to_the_teacher():
+    from hybrid.tracking import console_line
+
+    line = console_line({"distillation/reverse_kl": 0.062, "actor/ppo_kl": 0.0, "critic/score/mean": 0.0}, 1)
+    assert line.startswith("step 1 | score 0 | kl 0.062")
+
+
 def test_distillation_loads_the_teacher_and_keeps_the_old_log_prob_pass():
     config = build_config(DISTILL)
     assert config.use_reference_policy and config.actor_rollout_ref.ref.model.path == "/models/teacher"
