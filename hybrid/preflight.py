@@ -58,6 +58,7 @@ def check_inputs(config) -> None:
     check_model_folders(config, found)
     if not found.problems:
         check_model_settings(config, found)
+        check_language_model(config, found)
     sources = check_data_files(config, found)
     check_reward(config, sources, found)
     check_output_dir(config, found)
@@ -193,6 +194,32 @@ def _model_config(path: str | None) -> dict | None:
         return None
     with open(full) as f:
         return json.load(f)
+
+
+def check_language_model(config, found: Findings) -> None:
+    """`model.language_model_only` against the checkpoint (workers/language_model.py): true needs
+    a multimodal one, a multimodal one needs true; vLLM's own switch needs the policy's."""
+    from workers.language_model import language_model_problem
+
+    arr = config.actor_rollout_ref
+    sections = [("actor_rollout_ref.model", arr.model)]
+    if config.use_critic:
+        sections.append(("critic.model", config.critic.model))
+    for section, model in sections:
+        model_config = _model_config(model.path)
+        if model_config is not None:
+            problem = language_model_problem(
+                f"{section}.language_model_only", _shown(model.path), model_config, model.language_model_only
+            )
+            if problem:
+                found.add(problem)
+    engine = dict(arr.rollout.engine_kwargs.vllm or {}).get("language_model_only", False)
+    if arr.rollout.name == "vllm" and engine is True and not arr.model.language_model_only:
+        found.add(
+            "actor_rollout_ref.rollout.engine_kwargs.vllm.language_model_only=true starts the engine without the "
+            "vision encoder while actor_rollout_ref.model.language_model_only=false loads the whole checkpoint; "
+            "set actor_rollout_ref.model.language_model_only=true as well"
+        )
 
 
 def _in_hub_cache(repo_id: str) -> bool:

@@ -48,6 +48,7 @@ if TYPE_CHECKING:  # annotations only: the config package imports worker modules
     from workers.config import ActorRolloutRefConfig, FSDPConfig
 
 ARR = "actor_rollout_ref"
+LANGUAGE_MODEL_KEY = "actor_rollout_ref.model.language_model_only"
 SP_KEY = f"{ARR}.actor.ulysses_sequence_parallel_size"
 
 
@@ -128,6 +129,7 @@ class ActorRolloutRefWorker(ProfiledWorker, Worker):
             offload_policy=offload_policy,
             forward_prefetch=fsdp_config.forward_prefetch,
             fsdp_size=self.config.actor.fsdp_config.fsdp_size,
+            language_model_only=LANGUAGE_MODEL_KEY if model.language_model_only else None,
         )
 
     def _build_policy(self):
@@ -197,7 +199,21 @@ class ActorRolloutRefWorker(ProfiledWorker, Worker):
             raise ValueError(f"actor_rollout_ref.rollout.name={name!r} is not supported; supported: vllm, hf")
         self.rollout = engine_cls(self.config.model, cfg, self.tokenizer, self.hf_config)
         tie = bool(getattr(self.hf_config, "tie_word_embeddings", False))
-        self.weight_sync = EngineWeightSync(self.rollout, self._hf_state, cfg.update_weights_bucket_megabytes, tie)
+        # vLLM starts on the checkpoint's own architecture (HF generate on the trained class).
+        rename = self._engine_names() if name == "vllm" else None
+        self.weight_sync = EngineWeightSync(
+            self.rollout, self._hf_state, cfg.update_weights_bucket_megabytes, tie, rename=rename
+        )
+
+    def _engine_names(self):
+        """None, or (language_model_only) the multimodal checkpoint's name of each trained weight:
+        the names an engine started on that checkpoint reads (workers/language_model.py)."""
+        model = self.config.model
+        if not model.language_model_only:
+            return None
+        from workers.language_model import engine_namer
+
+        return engine_namer(model.path, bool(model.trust_remote_code), LANGUAGE_MODEL_KEY)
 
     def _build_checkpointer(self):
         model = self.config.model
@@ -279,11 +295,17 @@ class ActorRolloutRefWorker(ProfiledWorker, Worker):
             pairs = collect_full_weights(self._hf_state(), dtype, bucket_bytes, tie, keep=self.rank == 0)
         if pairs is None:
             return None
+        # vLLM engines start on the checkpoint: its names (HF generate on the trained class).
+        rename = self._engine_names() if self.config.rollout.name == "vllm" else None
+        if rename is not None:
+            pairs = [(rename(name), tensor) for name, tensor in pairs]
         import ray
 
         if not ray.is_initialized():
             return pairs
         same_as = {"lm_head.weight": "model.embed_tokens.weight"} if tie else None
+        if same_as is not None and rename is not None:
+            same_as = {rename(a): rename(b) for a, b in same_as.items()}
         return [ray.put(SharedWeights.from_pairs(pairs, same_as))]
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)

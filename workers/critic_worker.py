@@ -70,6 +70,7 @@ class CriticWorker(ProfiledWorker, Worker):
             fsdp_size=model.fsdp_config.fsdp_size,
             lora_config=model if model.is_lora else None,
             lora_causal_lm=False,
+            language_model_only="critic.model.language_model_only" if model.language_model_only else None,
             # As verl: no dropout on the value head, so values are deterministic functions of the weights.
             num_labels=1,
             classifier_dropout=0.0,

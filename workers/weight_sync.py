@@ -65,15 +65,22 @@ class EngineWeightSync:
     """Pushes the actor's weights into the rollout engine.
 
     `state_fn` returns the HF-named state to send (the FSDP model's state dict, or the
-    LoRA-merged one). `synced` tells whether the engine holds weights sent since it was
-    built (dummy ones before that); the worker clears it when a checkpoint replaces the
-    actor's weights.
+    LoRA-merged one); `rename`, when given, maps each name to the engine's (a language model
+    trained alone, sent to an engine started on its multimodal checkpoint). `synced` tells
+    whether the engine holds weights sent since it was built (dummy ones before that); the
+    worker clears it when a checkpoint replaces the actor's weights.
     """
 
     def __init__(
-        self, rollout, state_fn: Callable[[], dict[str, torch.Tensor]], bucket_megabytes: int, tie_word_embeddings: bool
+        self,
+        rollout,
+        state_fn: Callable[[], dict[str, torch.Tensor]],
+        bucket_megabytes: int,
+        tie_word_embeddings: bool,
+        rename: Callable[[str], str] | None = None,
     ):
         self.rollout = rollout
+        self.rename = rename
         self.state_fn = state_fn
         self.bucket_bytes = int(bucket_megabytes) * 1024 * 1024
         self.tie_word_embeddings = tie_word_embeddings
@@ -87,6 +94,8 @@ class EngineWeightSync:
         weights = iter_full_weights(
             self.state_fn(), self.rollout.engine_dtype, self.bucket_bytes, self.tie_word_embeddings
         )
+        if self.rename is not None:
+            weights = ((self.rename(name), tensor) for name, tensor in weights)
         self.rollout.update_weights(weights)
         self.synced = True
 

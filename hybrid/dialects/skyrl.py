@@ -45,6 +45,7 @@ from hybrid.dialects.skyrl_convert import (
     _remote_urls,
     free_form,
 )
+from hybrid.dialects.skyrl_language_model import LANGUAGE_MODEL_RULES
 from hybrid.dialects.skyrl_multi_turn import ENVIRONMENT_RULES, GENERATOR_RULES
 from hybrid.dialects.skyrl_trainer import TRAINER_RULES
 from hybrid.dialects.table import Dialect, Refusal, choice, custom, ignore, refuse, same, translate, via
@@ -212,18 +213,7 @@ RULES = (
         "from the same num_engines engines and the same sampling settings",
     ),
     ignore("generator.inference_engine.num_prefill", "read with enable_pd (see there)"),
-    *(
-        refuse(
-            key,
-            "hybrid loads a checkpoint whole (no switch to skip a multimodal model's vision encoder)",
-            accept=(False,),
-        )
-        for key in (
-            "trainer.policy.language_model_only",
-            "trainer.ref.language_model_only",
-            "generator.inference_engine.language_model_only",
-        )
-    ),
+    *LANGUAGE_MODEL_RULES,
     # ---- inference engine (older spellings in ALIASES)
     choice(
         "generator.inference_engine.backend",

@@ -371,7 +371,7 @@ def test_skyrl_refusals_are_all_listed_at_once_by_name_with_the_reason():
             "the same only for one optimizer step per batch (update_epochs_per_batch=2",
         ),
         ("generator.vision_language_generator=true", "text only"),
-        ("trainer.policy.language_model_only=true", "vision encoder"),
+        ("trainer.ref.language_model_only=true", "set trainer.policy.language_model_only=true as well"),
         # SkyRL's own batch check (validate_batch_sizes, floor division per GPU) refuses it too ...
         (
             "trainer.placement.policy_num_gpus_per_node=4 trainer.train_batch_size=16 trainer.policy_mini_batch_size=4 "

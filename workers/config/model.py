@@ -90,6 +90,9 @@ class HFModelConfig:
     enable_gradient_checkpointing: bool
     use_remove_padding: bool
     trust_remote_code: bool
+    # The language model of a multimodal checkpoint alone (workers/language_model.py; SkyRL's
+    # trainer.policy.language_model_only). hybrid's own key: verl has none.
+    language_model_only: bool
 
     @property
     def tokenizer(self) -> str:
