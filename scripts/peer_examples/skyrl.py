@@ -28,7 +28,8 @@ environment the entry module registers (skyrl_gym.register(id, entry_point)) is 
 entry point (`module.path:ClassName`, which hybrid imports the way skyrl-gym does); DAPO's
 entry modules apply their soft overlong penalty with their defaults; the asynchronous ones
 stand for SkyRL's asynchronous trainers; the full-context one for its dummy steps
-(trainer.num_dummy_steps, 5 unless given); entry modules that replace SkyRL's generator or
+(trainer.num_dummy_steps, 5 unless given); the on-policy distillation one for hybrid's
+algorithm.on_policy_distillation=true; entry modules that replace SkyRL's generator or
 trainer with their own code are refused, naming what they replace.
 """
 
