@@ -5,7 +5,8 @@ lacks): actor, reference and critic hold no vision weight and their language-mod
 the checkpoint's `model.language_model.*` tensors (read with safetensors, not transformers);
 the output layer is the embedding (tied at the checkpoint's top level only); the names sent to
 a vLLM engine started on the checkpoint are the checkpoint's own; the exported Hugging Face
-folder loads back, whole, as the trained language model."""
+folder and the merge tool's folder of a sharded checkpoint load back, whole, as the trained
+language model."""
 
 from __future__ import annotations
 
@@ -88,18 +89,22 @@ def test_language_model_only_run(qwen35_dir, files, tmp_path, tokenizer):
         assert len(trainer.history) == 2
         trained = _full(worker.actor_module)
         assert not torch.equal(trained["model.norm.weight"], loaded["actor"]["model.norm.weight"])
-        out = tmp_path / "hf"
-        worker.checkpointer.export_hf(str(out))
+        worker.checkpointer.export_hf(str(tmp_path / "hf"))
+        worker.checkpointer.save(str(tmp_path / "ckpt"), 2, ("model",))
     finally:
         trainer.shutdown()
 
     from transformers import AutoModelForCausalLM
 
-    back, info = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32, output_loading_info=True)
-    assert not info["missing_keys"] and not info["unexpected_keys"]
-    assert back.lm_head.weight.data_ptr() == back.model.embed_tokens.weight.data_ptr()
-    for name, tensor in back.state_dict().items():
-        torch.testing.assert_close(tensor, trained[name], rtol=0, atol=0)
+    from hybrid.model_merge import merge
+
+    merge(str(tmp_path / "ckpt"), str(tmp_path / "merged"))
+    for out in (tmp_path / "hf", tmp_path / "merged"):  # the export, and the merge tool's folder
+        back, info = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32, output_loading_info=True)
+        assert not info["missing_keys"] and not info["unexpected_keys"]
+        assert back.lm_head.weight.data_ptr() == back.model.embed_tokens.weight.data_ptr()
+        for name, tensor in back.state_dict().items():
+            torch.testing.assert_close(tensor, trained[name], rtol=0, atol=0)
 
 
 def test_refused_in_one_line(tiny_model_dir, qwen35_dir):
