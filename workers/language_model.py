@@ -40,13 +40,6 @@ def not_multimodal_message(key: str, path: str, hf_config) -> str:
     )
 
 
-def multimodal_message(key: str, path: str, hf_config) -> str:
-    return (
-        f"{path} is a multimodal checkpoint ({type(hf_config).__name__} with a vision_config); hybrid trains "
-        f"its language model only: set {key}=true"
-    )
-
-
 def text_config_of(hf_config):
     """The composite config's text config, with the composite's output-layer tie."""
     text = hf_config.get_text_config()
@@ -56,22 +49,36 @@ def text_config_of(hf_config):
     return text
 
 
+def _checkpoint_file(path: str, name: str) -> str | None:
+    """`name` in the model folder `path`, or in a Hugging Face repo's cached (else downloaded)
+    snapshot, as from_pretrained finds it; None when the checkpoint has no such file."""
+    if os.path.isdir(path):
+        full = os.path.join(path, name)
+        return full if os.path.isfile(full) else None
+    from transformers.utils import cached_file
+
+    return cached_file(path, name, _raise_exceptions_for_missing_entries=False)
+
+
 def checkpoint_weight_names(path: str) -> list[str]:
-    """The tensor names a local safetensors checkpoint holds (its index, else its files)."""
-    index = os.path.join(path, "model.safetensors.index.json")
-    if os.path.isfile(index):
+    """The tensor names a safetensors checkpoint holds (its index, else its files' headers)."""
+    index = _checkpoint_file(path, "model.safetensors.index.json")
+    if index is not None:
         with open(index) as f:
             return sorted(json.load(f)["weight_map"])
     from safetensors import safe_open
 
-    files = sorted(n for n in os.listdir(path) if n.endswith(".safetensors"))
+    if os.path.isdir(path):
+        files = [os.path.join(path, n) for n in sorted(os.listdir(path)) if n.endswith(".safetensors")]
+    else:
+        files = [f for f in [_checkpoint_file(path, "model.safetensors")] if f is not None]
     if not files:
         raise FileNotFoundError(
             f"model.language_model_only=true reads the weight names of {path}, which holds no .safetensors file"
         )
     names = []
-    for name in files:
-        with safe_open(os.path.join(path, name), "pt") as f:
+    for file in files:
+        with safe_open(file, "pt") as f:
             names.extend(f.keys())
     return sorted(names)
 
@@ -182,8 +189,6 @@ def engine_namer(path: str, trust_remote_code: bool, key: str) -> Callable[[str]
     return LanguageModelLoad.resolve(AutoModelForCausalLM, path, hf_config, key).engine_names()
 
 
-
-
 def language_model_problem(key: str, path: str, config_json: dict, language_model_only: bool) -> str | None:
     """The refusal, if any, of `key` (a model section's language_model_only) for the checkpoint
     whose config.json is `config_json`: true needs a multimodal checkpoint, and a multimodal one
@@ -212,7 +217,6 @@ __all__ = [
     "is_multimodal",
     "language_model_problem",
     "language_model_prefix",
-    "multimodal_message",
     "not_multimodal_message",
     "text_config_of",
     "token_classifier_class",
