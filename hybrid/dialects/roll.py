@@ -52,7 +52,9 @@ DIALECT = Dialect(
         "domain, ROLL's tag column does not route rows, each row's data_source picks the scorer; with several "
         "(domain_interleave_probs), each row's domain comes from its domain column or its tag (tag_included, else "
         "math_rule), every batch is filled with ROLL's per-domain quotas and each domain's rows are scored by the "
-        "scorer its worker_cls stands for (data.domain_* keys, hybrid/domains.py).",
+        "scorer its worker_cls stands for (data.domain_* keys, hybrid/domains.py): math, CrossThinkQA, IFEval and "
+        "the code sandbox in local mode (reward/scorers/roll_*.py); a code row's reward_model.ground_truth holds "
+        "ROLL's test columns (case_type, test_cases, test_case_function) as a dict or its JSON.",
         "Multi-turn: a custom_envs section (the agentic pipeline's) sets hybrid's multi_turn section. An env "
         "manager whose environments make their task from a seed (sokoban, frozen_lake: ROLL's SimpleSokoban, "
         "LargerSokoban, SokobanDifferentGridVocab, FrozenLake) runs episodes from seeds: its num_env_groups x "

@@ -19,13 +19,12 @@ from reward.domain_scorers import keyword_options, load_scorer
 # ROLL reward worker class -> the module of reward/scorers that scores its domain's rows.
 WORKER_SCORERS = {
     "MathRuleRewardWorker": "math",
+    "CrossThinkQARuleRewardWorker": "roll_crossthinkqa",
+    "GeneralRuleRewardWorker": "roll_ifeval",
+    "CodeSandboxRewardWorker": "roll_code",
 }
 RULE_REWARD_WORKERS = tuple(WORKER_SCORERS)
 REWARD_WORKER_REFUSALS = {
-    "CodeSandboxRewardWorker": (
-        "runs each response's code against its row's test cases in a sandbox service (code_url) or in local "
-        "processes (use_local): hybrid has no code sandbox; write a custom_reward_function"
-    ),
     "LLMJudgeRewardWorker": (
         "ROLL's judge scores 1 when 'yes' appears anywhere in its lower-cased verdict (else 0), with a prompt "
         "from ROLL's prompt_maps, on its domain's rows only; hybrid's judge (reward_model.judge.*, "
@@ -33,16 +32,8 @@ REWARD_WORKER_REFUSALS = {
         "invalid_score=0) but scores every row of the batch, not one domain's, and samples with a temperature "
         "alone (not generating_args' top_p, top_k): set it up in verl keys for a one-domain run"
     ),
-    "GeneralRuleRewardWorker": (
-        "ROLL's IFEval checks (ifeval_rule_reward_worker.py: about 25 instruction verifiers, some on nltk, each "
-        "row's constraints from its ground truth, plus a repetition penalty): no hybrid scorer does these; write a "
-        "custom_reward_function"
-    ),
-    "IfEvalRuleRewardWorker": "ROLL's IFEval checks: no hybrid scorer does these; write a custom_reward_function",
-    "CrossThinkQARuleRewardWorker": (
-        "ROLL's multiple-choice rule (the last \\boxed{} answer, else the text after the last 'answer is'; its "
-        "first capital letter against the ground truth's; reward_type loose/soft/strict, plus a 3-gram repetition "
-        "penalty): no hybrid scorer does this; write a custom_reward_function"
+    "IfEvalRuleRewardWorker": (
+        "no class of that name in ROLL (its IFEval worker is GeneralRuleRewardWorker, which maps to roll_ifeval)"
     ),
 }
 
@@ -53,6 +44,12 @@ def _reward_worker(value: Any, ctx: Context) -> dict[str, Any]:
     name = str(value).rsplit(".", 1)[-1]
     if name in WORKER_SCORERS:
         if not multi_domain(ctx):
+            if name != "MathRuleRewardWorker":
+                raise Refusal(
+                    f"{name} in a one-domain file: hybrid routes rows to a worker's scorer "
+                    f"(reward/scorers/{WORKER_SCORERS[name]}.py) only with several domains "
+                    "(domain_interleave_probs); with one, each row's data_source picks a scorer of verl's"
+                )
             return {}
         domain = ctx.key.split(".")[1]
         return {f"data.domain_scorers.{domain}": WORKER_SCORERS[name]}

@@ -35,24 +35,44 @@ def test_actor_infer_lora_settings_are_accepted_when_they_are_actor_trains(tmp_p
     )
 
 
-def test_multi_domain_file_leaves_only_the_reward_workers_hybrid_has_no_scorer_table_entry_for(tmp_path):
-    # domain_interleave_probs, actor_infer on 12 of actor_train's 16 devices and the megatron_infer
-    # reference are understood; what is left is the reward workers WORKER_SCORERS does not name.
-    problems = _problems(write_example(tmp_path, MULTI_DOMAIN))
-    workers = {p.split("=", 1)[0]: p for p in problems if ".worker_cls=" in p}
-    assert len(problems) == len(workers)
-    expected = {"rewards.llm_judge.worker_cls"}
-    expected |= {
-        f"rewards.{domain}.worker_cls"
-        for domain, worker in (
-            ("code_sandbox", "CodeSandboxRewardWorker"),
-            ("crossthinkqa", "CrossThinkQARuleRewardWorker"),
-            ("ifeval", "GeneralRuleRewardWorker"),
-        )
-        if worker not in WORKER_SCORERS
+def test_multi_domain_file_leaves_only_the_llm_judge(tmp_path):
+    # domain_interleave_probs, actor_infer on 12 of actor_train's 16 devices, the megatron_infer
+    # reference and the rule workers (math, CrossThinkQA, IFEval, code sandbox) are understood.
+    path = write_example(tmp_path, MULTI_DOMAIN)
+    problems = _problems(path)
+    assert [p.split("=", 1)[0] for p in problems] == ["rewards.llm_judge.worker_cls"]
+    assert "on its domain's rows only" in problems[0]
+
+
+def test_each_rule_workers_domain_goes_to_its_scorer(tmp_path):
+    path = write_example(tmp_path, MULTI_DOMAIN)
+    math = "roll.pipeline.rlvr.rewards.math_rule_reward_worker.MathRuleRewardWorker"
+    argv = translate_argv(["--roll-config", str(path), f"rewards.llm_judge.worker_cls={math}"])
+    data = build_config(argv).data
+    assert dict(data.domain_scorers) == {
+        "math_rule": "math",
+        "code_sandbox": "roll_code",
+        "llm_judge": "math",
+        "crossthinkqa": "roll_crossthinkqa",
+        "ifeval": "roll_ifeval",
     }
-    assert set(workers) == expected
-    assert "on its domain's rows only" in workers["rewards.llm_judge.worker_cls"]
+    assert dict(data.domain_scorer_kwargs["crossthinkqa"]) == {"reward_type": "soft", "response_length_penalty_coef": 0}
+    assert dict(data.domain_scorer_kwargs["code_sandbox"]) == {"use_local": True}
+    assert WORKER_SCORERS["GeneralRuleRewardWorker"] == "roll_ifeval"
+
+
+def test_a_rule_worker_other_than_math_in_a_one_domain_file_is_refused(tmp_path):
+    one = tmp_path / "one.yaml"
+    one.write_text(
+        "rewards:\n  crossthinkqa:\n    worker_cls: "
+        "roll.pipeline.rlvr.rewards.crossthinkqa_rule_reward_worker.CrossThinkQARuleRewardWorker\n"
+    )
+    problems = _problems(one)
+    assert any(
+        "CrossThinkQARuleRewardWorker in a one-domain file: hybrid routes rows to a worker's scorer "
+        "(reward/scorers/roll_crossthinkqa.py) only with several domains" in p
+        for p in problems
+    ), problems
 
 
 TWO_DOMAINS = """
