@@ -147,8 +147,7 @@ def load_reward_manager(config, tokenizer, num_examine: int, **reward_kwargs: An
     kwargs.update({k: _plain(v) for k, v in reward_kwargs.items()})
     passed_on = {k: v for k, v in kwargs.items() if k not in manager_cls.manager_kwargs()}
     compute_score = get_custom_reward_fn(config)
-    # (configs a script builds by hand may lack the key: no domains)
-    domain_scorers = dict(getattr(config.data, "domain_scorers", None) or {})
+    domain_scorers = dict(config.data.domain_scorers or {})
     if domain_scorers:
         if compute_score is not None or name == "batch":
             raise ValueError(

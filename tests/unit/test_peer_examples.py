@@ -262,7 +262,9 @@ def test_roll_domain_interleave_probs_is_read_as_one_mapping(tmp_path):
     )
     one = translate_argv(["--roll-config", str(path)])  # one domain: every row drawn, nothing written
     assert not [o for o in one if "domain" in o]
-    two = translate_argv(["--roll-config", str(path), "+actor_train.data_args.domain_interleave_probs.code_sandbox=0.5"])
+    two = translate_argv(
+        ["--roll-config", str(path), "+actor_train.data_args.domain_interleave_probs.code_sandbox=0.5"]
+    )
     assert [o for o in two if o.startswith("data.domain_quotas.")] == [
         "data.domain_quotas.math_rule=1.0",
         "data.domain_quotas.code_sandbox=0.5",

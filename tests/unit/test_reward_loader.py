@@ -23,7 +23,7 @@ from reward.scorers import default_compute_score
 def _config(path=None, name="compute_score", manager="naive", fn_kwargs=None, manager_kwargs=None):
     return OmegaConf.create(
         {
-            "data": {"reward_fn_key": "data_source"},
+            "data": {"reward_fn_key": "data_source", "domain_scorers": {}, "domain_scorer_kwargs": {}},
             "reward_model": {
                 "reward_manager": manager,
                 "sandbox_fusion": None,
