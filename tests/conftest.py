@@ -39,23 +39,19 @@ def tokenizer(default_model_dir):
 
 def tiny_llama_config(tokenizer, **overrides):
     """The tiny models' shape (2 layers, hidden 64, head size 32: the smallest the vLLM CPU
-    attention backend supports) over the SmolLM2 tokenizer's vocabulary; `overrides` add to it."""
+    attention backend supports) over the SmolLM2 tokenizer's vocabulary; `overrides` add to it
+    or replace its sizes."""
     from transformers import LlamaConfig
 
-    return LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        pad_token_id=tokenizer.pad_token_id,
-        **overrides,
+    shape = dict(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1
     )
+    return LlamaConfig(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, **{**shape, **overrides})
 
 
-def build_tiny_model_dir(out_dir, tokenizer, seed: int = 0, tie_word_embeddings: bool = True) -> str:
-    """A 2-layer, hidden-64 Llama with random weights and the SmolLM2 tokenizer."""
+def build_tiny_model_dir(out_dir, tokenizer, seed: int = 0, tie_word_embeddings: bool = True, **shape) -> str:
+    """A Llama with random weights and the SmolLM2 tokenizer: 2 layers, hidden 64, or the sizes
+    `shape` gives (hidden_size, num_hidden_layers, num_attention_heads, ...)."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -66,6 +62,7 @@ def build_tiny_model_dir(out_dir, tokenizer, seed: int = 0, tie_word_embeddings:
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         torch_dtype="float32",
+        **shape,
     )
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config)

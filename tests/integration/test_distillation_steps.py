@@ -28,26 +28,14 @@ def arithmetic_files(tmp_path_factory):
 @pytest.fixture(scope="module")
 def teacher_dir(tmp_path_factory, tokenizer) -> str:
     """3 layers, hidden 128 (the student: 2 layers, hidden 64), the student's tokenizer."""
-    from transformers import AutoModelForCausalLM, LlamaConfig
+    from tests.conftest import build_tiny_model_dir
 
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=3,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        torch_dtype="float32",
+    shape = dict(
+        hidden_size=128, intermediate_size=256, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2
     )
-    torch.manual_seed(5)
-    out = tmp_path_factory.mktemp("teacher")
-    AutoModelForCausalLM.from_config(config).save_pretrained(out, safe_serialization=True)
-    tokenizer.save_pretrained(out)
-    return str(out)
+    return build_tiny_model_dir(
+        tmp_path_factory.mktemp("teacher"), tokenizer, seed=5, tie_word_embeddings=False, **shape
+    )
 
 
 def test_the_student_trains_on_the_teachers_per_token_grades(tiny_model_dir, teacher_dir, arithmetic_files, tmp_path):

@@ -18,28 +18,10 @@ TOL = 1e-4  # fp32: summation order differs between the two paths
 
 @pytest.fixture(scope="module")
 def smollm2_heads_model_dir(tmp_path_factory, tokenizer) -> str:
-    import torch
-    from transformers import AutoModelForCausalLM, LlamaConfig
+    from tests.conftest import build_tiny_model_dir
 
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=9 * 32,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=9,
-        num_key_value_heads=3,
-        max_position_embeddings=512,
-        tie_word_embeddings=True,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        torch_dtype="float32",
-    )
-    torch.manual_seed(0)
-    out = tmp_path_factory.mktemp("heads_9_3")
-    AutoModelForCausalLM.from_config(config).save_pretrained(out, safe_serialization=True)
-    tokenizer.save_pretrained(out)
-    return str(out)
+    heads = dict(hidden_size=9 * 32, num_attention_heads=9, num_key_value_heads=3)
+    return build_tiny_model_dir(tmp_path_factory.mktemp("heads_9_3"), tokenizer, **heads)
 
 
 def test_sequence_parallel_step_matches_one_rank(smollm2_heads_model_dir, tokenizer):
