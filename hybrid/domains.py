@@ -13,7 +13,7 @@ whose rows ran out. Here the same: `domain_quotas` computes the quotas, `assign_
 rows' domains, and `DomainQuotaSampler` the order, with ROLL's shuffle (Python's `random`
 seeded the same way), so the prompts of each batch are the ones ROLL's schedulers would take.
 
-The sampler fits hybrid's resumable loader (hybrid/data.py StatefulDataLoader): a loader epoch
+The sampler fits hybrid's resumable loader (hybrid/data_loader.py StatefulDataLoader): a loader epoch
 is as many whole batches as the quota domains' rows fill, and any loader epoch's order is
 recomputed from the seed, so a checkpoint holds only (epoch, batches consumed).
 """
@@ -91,7 +91,7 @@ def assign_domains(
 
 class DomainQuotaSampler:
     """Training indices laid out batch by batch: each batch holds `quotas[d]` rows of domain `d`,
-    the domains in order. Same interface as hybrid/data.py RLSampler (`indices_for_epoch`,
+    the domains in order. Same interface as hybrid/data_loader.py RLSampler (`indices_for_epoch`,
     `set_epoch`, `seed`, `shuffle`); `len` is the rows of the quota domains, so a loader epoch
     is `len // batch_size` batches."""
 
@@ -176,8 +176,9 @@ class DomainQuotaSampler:
         return list(indices)
 
 
-def check_domain_settings(data, problems) -> None:
-    """The rules across the data.domain_* keys (DataConfig.check)."""
+def check_domain_settings(data, problems, judged: Sequence[str] = ()) -> None:
+    """The rules across the data.domain_* keys; `judged`: the domains a judge scores instead of
+    a rule scorer (reward_model.judge.domains), which need no data.domain_scorers entry."""
     quotas, scorers = dict(data.domain_quotas), dict(data.domain_scorers)
     if not quotas:
         for key in ("domain_tags", "domain_scorers", "domain_scorer_kwargs"):
@@ -201,14 +202,56 @@ def check_domain_settings(data, problems) -> None:
                 f"data.domain_scorers routes each row by its domain: set data.reward_fn_key={DOMAIN_COLUMN} "
                 f"(it is {data.reward_fn_key!r})"
             )
-        missing = [d for d in quotas if d not in scorers]
+        missing = [d for d in quotas if d not in scorers and d not in judged]
         if missing:
             problems.add(
                 f"data.domain_scorers names no scorer for domain(s) {', '.join(missing)} of data.domain_quotas"
             )
 
 
+def check_judge_domains(config, problems) -> None:
+    """The rules of a judge limited to some domains (reward_model.judge.domains): it is the
+    reward loop's judge, its domains are quota domains that no rule scorer also scores, and the
+    other rows keep their reward-function score (combine=sum)."""
+    rm, data = config.reward_model, config.data
+    domains = rm.judge.domains
+    check_domain_settings(data, problems, judged=tuple(domains or ()))
+    if domains is None:
+        return
+    key = "reward_model.judge.domains"
+    if not domains:
+        problems.add(f"{key}=[] judges no row: list the domains to judge, or null to judge every row")
+        return
+    if not (rm.enable and rm.use_reward_loop):
+        problems.add(
+            f"{key} is read by the reward loop's judge: set reward_model.enable=true and "
+            "reward_model.use_reward_loop=true, or unset it"
+        )
+    if rm.combine != "sum":
+        problems.add(
+            f"{key}: the other domains' rows are scored by their rule scorers alone, which "
+            f"reward_model.combine={rm.combine} would drop; set it to sum"
+        )
+    quotas = dict(data.domain_quotas)
+    unknown = [d for d in domains if d not in quotas]
+    if unknown:
+        problems.add(
+            f"{key}: {', '.join(unknown)} not among data.domain_quotas' domains ({', '.join(quotas) or 'none'})"
+        )
+    if data.reward_fn_key != DOMAIN_COLUMN:
+        problems.add(
+            f"{key} reads each row's domain: set data.reward_fn_key={DOMAIN_COLUMN} (it is {data.reward_fn_key!r})"
+        )
+    both = [d for d in domains if d in dict(data.domain_scorers)]
+    if both:
+        problems.add(
+            f"{key} and data.domain_scorers both score domain(s) {', '.join(both)}: keep one (the judge's rows get "
+            "no rule score)"
+        )
+
+
 __all__ = [
+    "check_judge_domains",
     "DOMAIN_COLUMN",
     "DomainError",
     "DomainQuotaSampler",

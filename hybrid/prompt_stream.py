@@ -10,7 +10,7 @@ were handed out and not yet trained (`open`); `trained` closes one, `again` hand
 one, so a resumed run generates the open prompts first, then goes on: every prompt is trained
 exactly once across a crash or SIGTERM, none lost, none twice.
 
-Positions follow the data loader (hybrid/data.py StatefulDataLoader: its sampler recomputes any
+Positions follow the data loader (hybrid/data_loader.py StatefulDataLoader: its sampler recomputes any
 epoch's order from the seed, and with drop_last an epoch is its whole batches), so the order
 is the synchronous trainer's.
 """

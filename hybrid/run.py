@@ -21,7 +21,8 @@ from protocol.data_proto import DataProto  # noqa: F401
 
 
 def build_dataloaders(config, tokenizer):
-    from hybrid.data import collate_fn, create_dataloader, create_rl_dataset, create_rl_sampler
+    from hybrid.data import collate_fn, create_rl_dataset
+    from hybrid.data_loader import create_dataloader, create_rl_sampler
 
     data = config.data
     rollout = config.actor_rollout_ref.rollout

@@ -49,7 +49,7 @@ def is_lead() -> bool:
 
 class SFTTrainer:
     def __init__(self, config):
-        from hybrid.data import RLSampler, StatefulDataLoader
+        from hybrid.data_loader import RLSampler, StatefulDataLoader
         from hybrid.sft_data import SFTDataset, make_collate
         from workers.model_loading import load_tokenizer
 

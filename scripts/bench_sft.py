@@ -49,7 +49,7 @@ SETTINGS = {
 def job_samples(count: int) -> tuple[str, list[dict]]:
     """The default model folder and the epoch's samples in hybrid's order, as hybrid tokenizes them."""
     from hybrid.config.sft_schema import load_sft_config, typed_sft_config
-    from hybrid.data import RLSampler
+    from hybrid.data_loader import RLSampler
     from hybrid.defaults import default_model_path, default_sft_data_paths
     from hybrid.sft_data import SFTDataset
     from workers.model_loading import load_tokenizer

@@ -186,7 +186,7 @@ def hybrid_order_rows(train_path: str, count: int, data_seed: int) -> list[dict]
     """The first `count` training rows in the order hybrid's dataloader draws them (epoch 0)."""
     import pyarrow.parquet as pq
 
-    from hybrid.data import RLSampler
+    from hybrid.data_loader import RLSampler
 
     table = pq.read_table(train_path).to_pylist()
     order = RLSampler(len(table), shuffle=True, seed=data_seed).indices_for_epoch(0)

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from hybrid.async_producer import GroupProducer
-from hybrid.data import RLSampler, StatefulDataLoader, collate_fn
+from hybrid.data import collate_fn
+from hybrid.data_loader import RLSampler, StatefulDataLoader
 from hybrid.group_queue import Group, GroupQueue, check_staleness, staleness
 from hybrid.prompt_stream import PromptStream
 from protocol.data_proto import DataProto

@@ -13,14 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from hybrid.data import (
-    RLHFDataset,
-    collate_fn,
-    create_dataloader,
-    create_rl_dataset,
-    create_rl_sampler,
-    truncate_ids,
-)
+from hybrid.data import RLHFDataset, collate_fn, create_rl_dataset, truncate_ids
+from hybrid.data_loader import create_dataloader, create_rl_sampler
 
 
 def _chat(text):

@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from hybrid.data import StatefulDataLoader
+from hybrid.data_loader import StatefulDataLoader
 from hybrid.domains import (
     DomainError,
     DomainQuotaSampler,

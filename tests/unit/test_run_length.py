@@ -32,7 +32,7 @@ def test_the_console_says_when_the_epochs_end_the_run_first():
 
 
 def test_next_epoch_follows_the_loaders_position():
-    from hybrid.data import RLSampler, StatefulDataLoader
+    from hybrid.data_loader import RLSampler, StatefulDataLoader
 
     sampler = RLSampler(8, shuffle=False, seed=1)
     loader = StatefulDataLoader(list(range(8)), batch_size=4, sampler=sampler, collate_fn=list)
