@@ -77,6 +77,11 @@ class RewardLoop:
                 engine_cls = ray.remote(RewardEngine).options(num_cpus=0, max_concurrency=1024, name=None)
                 self.engine = engine_cls.remote(rm, config.trainer.default_local_dir)
                 context = ray.get(self.engine.info.remote())["max_model_len"]  # a model that fails stops the run here
+            if rm.judge.domains is not None and self.kind != GENERATIVE:
+                raise ValueError(
+                    f"reward_model.judge.domains={list(rm.judge.domains)}: reward_model.model.path={rm.model.path} "
+                    "is a classifier, not a judge; unset judge.domains"
+                )
         worker_cls = ray.remote(RewardLoopWorker).options(num_cpus=0, max_concurrency=1024)
         workers = int(rm.num_workers)
         self.workers = [worker_cls.remote(config, self.engine, self.kind, context) for _ in range(workers)]
@@ -132,7 +137,8 @@ class RewardLoop:
         rows = torch.arange(len(batch))
         scores = torch.zeros(response_mask.shape, dtype=torch.float32)
         if use_reward_fn:
-            scores[rows, last] = torch.tensor([float(r["score"]) for r in results])
+            # A row only the judge scores (reward_model.judge.domains) has no reward-function score.
+            scores[rows, last] = torch.tensor([0.0 if r["score"] is None else float(r["score"]) for r in results])
         if env_rewards is not None:
             scores = scores + env_rewards
         extra: dict[str, list] = {}
@@ -159,7 +165,7 @@ class RewardLoop:
                 extra["judge_status"] = statuses
                 for status in STATUSES:
                     metrics[f"reward_loop/judge_{status}"] = float(sum(s == status for s in statuses))
-                usable = [r for r in results if r["judge_status"] == "ok"]
+                usable = [r for r in results if r["judge_status"] == "ok" and r["score"] is not None]
                 if use_reward_fn and usable:
                     # Of the usable verdicts, how many round to the reward function's score (0/1 tasks).
                     agree = [abs(float(r["rm_score"]) - float(r["score"])) < 0.5 for r in usable]

@@ -12,6 +12,11 @@ ends only that trajectory's verdict: it scores `judge.invalid_score` and its `ju
 says why; the trainer counts them (`reward_loop/judge_<status>`). The driver
 (hybrid/reward_loop.py) runs `num_workers` of these as Ray actors; the agent loops hand each
 trajectory to one as soon as it finishes (workers/rollout/agent_rollout.py).
+
+A judge limited to some domains (`reward_model.judge.domains`, ROLL's LLM-judge domain) scores
+only the rows of those domains (the row's `data.reward_fn_key` column, `domain` with domains),
+and only the judge: the reward function scores the other rows, the judge none of them
+(`judged`; their judge_status is `not_judged`, their rm_score 0).
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ from protocol.data_proto import DataProto
 
 from .judge import ERROR, TIMEOUT, Verdict, compile_pattern, parse_verdict, render
 from .reward_model_inputs import needs_retemplate, retemplated_ids
+
+NOT_JUDGED = "not_judged"  # a row of a domain the judge does not score (reward_model.judge.domains)
 
 
 def trajectory_sample(prompt_ids, response_ids, fields: dict) -> dict:
@@ -60,6 +67,12 @@ def _one_row(sample: dict, pad_token_id: int) -> DataProto:
     return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors)
 
 
+def judged(sample: dict, domains, domain_key: str) -> bool:
+    """Whether the judge scores this row: every row when `domains` is None, else the rows whose
+    `domain_key` column names one of `domains`."""
+    return domains is None or str(sample.get(domain_key)) in domains
+
+
 def load_tokenizer(path: str, trust_remote_code: bool):
     from transformers import AutoTokenizer
 
@@ -88,6 +101,8 @@ class RewardLoopWorker:
         self.engine, self.kind = engine, kind
         judge = self.rm.judge
         self.pattern = compile_pattern(judge.verdict_pattern)
+        self.judge_domains = None if judge.domains is None else frozenset(judge.domains)
+        self.domain_key = config.data.reward_fn_key
         self.retemplate = False
         if self.rm.enable and kind == "discriminative":
             rm_model = self.rm.model
@@ -106,7 +121,8 @@ class RewardLoopWorker:
         model's input was cut, "latency_s": time spent here}."""
         start = time.perf_counter()
         result: dict[str, Any] = {"score": None, "rm_score": None, "extra": {}, "metrics": {}}
-        if use_reward_fn:
+        judge_row = judged(sample, self.judge_domains, self.domain_key)
+        if use_reward_fn and not (self.judge_domains is not None and judge_row):
             scored = await asyncio.to_thread(self.manager, _one_row(sample, self.pad_token_id), True)
             result["score"] = float(scored["reward_tensor"].sum())
             result["extra"] = {k: v[0] for k, v in scored.get("reward_extra_info", {}).items()}
@@ -116,9 +132,11 @@ class RewardLoopWorker:
                 ids = self._classifier_ids(sample)
                 result["truncated"] = len(ids) > self.max_model_len
                 result["rm_score"] = float(await self.engine.classify.remote(ids[-self.max_model_len :]))
-            else:
+            elif judge_row:
                 verdict = await self._verdict(sample)
                 result["rm_score"], result["judge_status"] = verdict.score, verdict.status
+            else:
+                result["rm_score"], result["judge_status"] = 0.0, NOT_JUDGED
         result["latency_s"] = time.perf_counter() - start
         return result
 
@@ -154,7 +172,8 @@ class RewardLoopWorker:
             if judge.base_url:
                 text = await asyncio.wait_for(asyncio.to_thread(self._ask_server, messages), judge.timeout_s)
             else:
-                call = self.engine.judge.remote(messages, judge.temperature, list(judge.stop or []) or None)
+                stop = list(judge.stop or []) or None
+                call = self.engine.judge.remote(messages, judge.temperature, stop, judge.top_p, judge.top_k)
                 text = await asyncio.wait_for(call, judge.timeout_s)
         except TimeoutError:
             return Verdict(judge.invalid_score, TIMEOUT)
@@ -170,8 +189,11 @@ class RewardLoopWorker:
             "model": judge.model or self.rm.model.path,
             "messages": messages,
             "temperature": judge.temperature,
+            "top_p": judge.top_p,
             "max_tokens": int(self.rm.rollout.response_length),
         }
+        if judge.top_k > 0:  # not an OpenAI field: sent only when set (vLLM's and SGLang's servers read it)
+            body["top_k"] = judge.top_k
         if judge.stop:
             body["stop"] = list(judge.stop)
         headers = {"Content-Type": "application/json"}

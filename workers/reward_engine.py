@@ -153,7 +153,9 @@ class RewardEngine:
         return [float(output.outputs.probs[0]) for output in outputs]
 
     # ------------------------------------------------------------------ generative
-    async def judge(self, messages: list[dict], temperature: float, stop: list[str] | None) -> str:
+    async def judge(
+        self, messages: list[dict], temperature: float, stop: list[str] | None, top_p: float = 1.0, top_k: int = -1
+    ) -> str:
         """The judge's verdict (text) on one conversation, at most response_length tokens."""
         if self._driver is None:
             raise ValueError(f"reward_model.model.path={self.config.model.path} is a classifier, not a judge")
@@ -170,6 +172,8 @@ class RewardEngine:
         params = SamplingParams(
             n=1,
             temperature=float(temperature),
+            top_p=float(top_p),
+            top_k=int(top_k),
             max_tokens=min(int(self.config.rollout.response_length), budget),
             stop=list(stop) if stop else None,
             logprobs=0,

@@ -13,6 +13,7 @@ from typing import Any
 from hybrid.config.rules_async import check_async
 from hybrid.config.schema import HybridConfig
 from hybrid.distillation import check_distillation
+from hybrid.domains import check_judge_domains
 from protocol.config_schema import INVALID, Problems, fmt, section_names, valid
 from reward.config import OVERLONG, OVERLONG_KEYS, OVERLONG_VERL
 from workers.config import ActorRolloutRefConfig
@@ -72,6 +73,7 @@ def check_config(config: HybridConfig, problems: Problems, world_size: int | Non
     for section in (data, arr.rollout, config.reward_model):
         if hasattr(section, "check") and section is not INVALID:
             section.check(problems)
+    check_judge_domains(config, problems)
     if valid(config.reward_model.reward_kwargs):
         _check_overlong_spellings(config.reward_model.reward_kwargs, problems)
     arr.model.check(problems)

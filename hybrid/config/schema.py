@@ -23,7 +23,6 @@ from typing import Any
 
 from hybrid.batch_ops import BATCH_ADJUST_MODES
 from hybrid.core_algos import ADV_ESTIMATOR_REGISTRY
-from hybrid.domains import check_domain_settings
 from hybrid.tracking import SUPPORTED_BACKENDS
 from protocol.config_schema import (
     Annotated,
@@ -119,7 +118,7 @@ class DataConfig:
     domain_scorer_kwargs: dict[str, Any]
 
     def check(self, problems: Problems) -> None:
-        check_domain_settings(self, problems)
+        # data.domain_* rules: hybrid/domains.py check_judge_domains (they read reward_model.judge too).
         if self.custom_cls.path and not self.custom_cls.name:
             problems.add(
                 f"data.custom_cls.path={fmt(self.custom_cls.path)} needs data.custom_cls.name (the dataset class)"

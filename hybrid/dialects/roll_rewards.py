@@ -6,6 +6,8 @@ With several domains (domain_interleave_probs), each domain's rows are scored by
 worker_cls stands for (`data.domain_scorers`, reward/domain_scorers.py) and its tag_included
 routes rows to it (`data.domain_tags`, hybrid/domains.py). `WORKER_SCORERS` is the one table
 from a ROLL worker class to a scorer module of reward/scorers: a new scorer is one line there.
+An LLM-judge domain (LLMJudgeRewardWorker) is hybrid's judge on that domain's rows
+(reward_model.judge.domains): roll_judge.py maps it and its worker settings.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from hybrid.dialects.roll_convert import multi_domain
+from hybrid.dialects.roll_judge import JUDGE_WORKER, judge_option, judge_worker
 from hybrid.dialects.table import Context, Refusal, Rule, custom, ignore, refuse
 from reward.domain_scorers import keyword_options, load_scorer
 
@@ -25,13 +28,6 @@ WORKER_SCORERS = {
 }
 RULE_REWARD_WORKERS = tuple(WORKER_SCORERS)
 REWARD_WORKER_REFUSALS = {
-    "LLMJudgeRewardWorker": (
-        "ROLL's judge scores 1 when 'yes' appears anywhere in its lower-cased verdict (else 0), with a prompt "
-        "from ROLL's prompt_maps, on its domain's rows only; hybrid's judge (reward_model.judge.*, "
-        "docs/reward_loop.md) can read that verdict (verdict_pattern='(?i)(yes)', verdict_labels={yes: 1}, "
-        "invalid_score=0) but scores every row of the batch, not one domain's, and samples with a temperature "
-        "alone (not generating_args' top_p, top_k): set it up in verl keys for a one-domain run"
-    ),
     "IfEvalRuleRewardWorker": (
         "no class of that name in ROLL (its IFEval worker is GeneralRuleRewardWorker, which maps to roll_ifeval)"
     ),
@@ -42,6 +38,8 @@ def _reward_worker(value: Any, ctx: Context) -> dict[str, Any]:
     """One domain: the math rule accepted, each row's data_source picks hybrid's scorer (as
     before domains). Several: the domain's rows go to the scorer WORKER_SCORERS names."""
     name = str(value).rsplit(".", 1)[-1]
+    if name == JUDGE_WORKER:
+        return judge_worker(ctx)
     if name in WORKER_SCORERS:
         if not multi_domain(ctx):
             if name != "MathRuleRewardWorker":
@@ -59,7 +57,7 @@ def _reward_worker(value: Any, ctx: Context) -> dict[str, Any]:
             (
                 "hybrid's rule scorers for ROLL's workers: "
                 + ", ".join(f"{w} -> reward/scorers/{m}.py" for w, m in WORKER_SCORERS.items())
-                + "; write a custom_reward_function for others"
+                + f"; {JUDGE_WORKER} -> hybrid's judge on its domain; write a custom_reward_function for others"
             ),
         )
     )
@@ -106,9 +104,15 @@ REWARD_RULES: tuple[Rule, ...] = (
         _reward_worker,
         "one domain: the rule-based math worker accepted, each row's data_source picks hybrid's scorer (gsm8k, "
         "math, arithmetic); several domains: the domain's scorer, "
-        + ", ".join(f"{w} -> {m}" for w, m in WORKER_SCORERS.items()),
+        + ", ".join(f"{w} -> {m}" for w, m in WORKER_SCORERS.items())
+        + f"; {JUDGE_WORKER} (one domain of several): reward_model.judge.domains=[<domain>], the judge's model, "
+        "prompt, sampling and ROLL's verdict rule (1 when 'yes' is in the lower-cased verdict, else 0; "
+        "hybrid/dialects/roll_judge.py)",
         "with several domains each domain's rows are scored by its own scorer (reward/domain_scorers.py); hybrid's "
-        "math scorer compares the last \\boxed{} answer after MATH normalisation, ROLL's math rule uses math_verify",
+        "math scorer compares the last \\boxed{} answer after MATH normalisation, ROLL's math rule uses math_verify; "
+        "the judge's verdicts without 'yes' (ROLL's 0) are counted as reward_loop/judge_unparsable; hybrid fills "
+        "{question} with the row's user messages, ROLL with the decoded prompt after its last 'user\\n' (with "
+        "Qwen's template that text ends in an 'assistant' line)",
     ),
     custom(
         "rewards.<domain>.tag_included",
@@ -117,24 +121,29 @@ REWARD_RULES: tuple[Rule, ...] = (
         "several domains: same list (the rows whose tag column it lists have this domain); one domain: unread",
         "a row's own domain column wins; a row whose tag no domain lists has domain math_rule, as in ROLL",
     ),
-    ignore(
-        "rewards.<domain>.world_size",
-        "hybrid's rule scorers run in the driver (or reward_model.reward_manager=prime's pool)",
+    judge_option(
+        ignore(
+            "rewards.<domain>.world_size",
+            "hybrid's rule scorers run in the driver (or reward_model.reward_manager=prime's pool)",
+        ),
+        "world_size",
     ),
-    ignore("rewards.<domain>.infer_batch_size", "rule scorers score one response at a time"),
-    ignore("rewards.<domain>.model_args.*", "rule scorers load no model"),
-    ignore("rewards.<domain>.strategy_args.*", "rule scorers load no model (an LLM judge's worker_cls is refused)"),
-    ignore(
-        "rewards.<domain>.generating_args.*", "rule scorers generate nothing (an LLM judge's worker_cls is refused)"
+    judge_option(
+        ignore("rewards.<domain>.infer_batch_size", "rule scorers score one response at a time"), "infer_batch_size"
     ),
-    ignore("rewards.<domain>.device_mapping", "hybrid's rule scorers run in the driver"),
-    ignore("rewards.<domain>.judge_prompt", "read only by LLMJudgeRewardWorker, whose worker_cls is refused"),
-    ignore("rewards.<domain>.judge_model_type", "read only by LLMJudgeRewardWorker, whose worker_cls is refused"),
+    judge_option(ignore("rewards.<domain>.model_args.*", "rule scorers load no model"), "model_args"),
+    judge_option(ignore("rewards.<domain>.strategy_args.*", "rule scorers load no model"), "strategy_args"),
+    judge_option(ignore("rewards.<domain>.generating_args.*", "rule scorers generate nothing"), "generating_args"),
+    judge_option(
+        ignore("rewards.<domain>.device_mapping", "hybrid's rule scorers run in the driver"), "device_mapping"
+    ),
+    judge_option(ignore("rewards.<domain>.judge_prompt", "read only by LLMJudgeRewardWorker"), "judge_prompt"),
+    judge_option(ignore("rewards.<domain>.judge_model_type", "read only by LLMJudgeRewardWorker"), "judge_model_type"),
     _scorer_option(
         ignore("rewards.<domain>.reward_type", "otherwise unread (ROLL's CrossThinkQA worker reads it, IFEval's not)")
     ),
     _scorer_option(ignore("rewards.<domain>.use_local", "otherwise read only by CodeSandboxRewardWorker")),
-    ignore("rewards.<domain>.data_args.*", "rule scorers read the decoded response"),
+    judge_option(ignore("rewards.<domain>.data_args.*", "rule scorers read the decoded response"), "data_args"),
     refuse(
         "rewards.<domain>.query_filter_config.type",
         "no reward-based query filter in hybrid",

@@ -27,7 +27,7 @@ def _problems(path, *extra) -> list[str]:
 
 def test_actor_infer_lora_settings_are_accepted_when_they_are_actor_trains(tmp_path):
     path = write_example(tmp_path, LORA_EXAMPLE)
-    assert not [p for p in _problems(path) if "lora" in p]  # rank 32, alpha 32, targets o,q,k,v on both
+    translate_argv(["--roll-config", str(path)])  # understood: rank 32, alpha 32, targets o,q,k,v on both
     problems = _problems(path, "actor_infer.model_args.lora_rank=16")
     assert (
         "actor_infer.model_args.lora_rank=16: must equal actor_train.model_args.lora_rank (32): the engine serves "
@@ -35,13 +35,14 @@ def test_actor_infer_lora_settings_are_accepted_when_they_are_actor_trains(tmp_p
     )
 
 
-def test_multi_domain_file_leaves_only_the_llm_judge(tmp_path):
+def test_multi_domain_file_is_understood_with_its_llm_judge(tmp_path):
     # domain_interleave_probs, actor_infer on 12 of actor_train's 16 devices, the megatron_infer
-    # reference and the rule workers (math, CrossThinkQA, IFEval, code sandbox) are understood.
+    # reference, the rule workers (math, CrossThinkQA, IFEval, code sandbox) and the LLM judge's
+    # domain (tests/unit/test_roll_judge.py) are understood.
     path = write_example(tmp_path, MULTI_DOMAIN)
-    problems = _problems(path)
-    assert [p.split("=", 1)[0] for p in problems] == ["rewards.llm_judge.worker_cls"]
-    assert "on its domain's rows only" in problems[0]
+    config = build_config(translate_argv(["--roll-config", str(path)]))
+    assert config.reward_model.judge.domains == ("llm_judge",)
+    assert "llm_judge" not in dict(config.data.domain_scorers)
 
 
 def test_each_rule_workers_domain_goes_to_its_scorer(tmp_path):

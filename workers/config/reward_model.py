@@ -11,6 +11,7 @@ from typing import Any
 from protocol.config_schema import (
     Annotated,
     AsList,
+    AtLeast,
     Fixed,
     Fraction,
     NonNegative,
@@ -121,8 +122,12 @@ class RewardJudgeConfig:
     max_score: float
     invalid_score: float
     temperature: Annotated[float, NonNegative()]
+    top_p: Annotated[float, Fraction(open_low=True)]
+    top_k: Annotated[int, AtLeast(-1, note=" (-1: no top-k filter)")]
     timeout_s: Annotated[float, Positive()]
     stop: Annotated[tuple[str, ...] | None, AsList()]
+    # Only these domains' rows are judged, the others scored by their rule scorers (null: every row).
+    domains: Annotated[tuple[str, ...] | None, AsList()]
 
 
 @dataclass(frozen=True)
