@@ -1,7 +1,8 @@
 """The reward loop (hybrid/reward_loop.py) on real Ray actors and a real vLLM engine: a
 classification reward model served by the engine gives the FSDP forward's scores; a judge
 served by the engine writes what greedy decoding of the same weights writes; a judge that
-times out ends only its own trajectory's verdict."""
+times out ends only its own trajectory's verdict; a judge limited to one domain (ROLL's LLM-judge
+domain) scores only that domain's rows, the rule scorer the others."""
 
 from __future__ import annotations
 
@@ -87,12 +88,17 @@ def test_engine_served_judge_writes_the_greedy_continuation(ray_session, tiny_mo
     engine = ray.remote(RewardEngine).options(num_cpus=0).remote(cfg.reward_model)
     messages = [{"role": "user", "content": "Question: 2+3\nStudent answer: 5\nIs it right?"}]
     text = ray.get(engine.judge.remote(messages, 0.0, None))
+    # Sampling at temperature 1 with top_k=1, or a top_p that keeps one token, is greedy too
+    # (the random model's near-flat distribution would give other tokens if either were dropped).
+    top_k_one = ray.get(engine.judge.remote(messages, 1.0, None, 1.0, 1))
+    top_p_tiny = ray.get(engine.judge.remote(messages, 1.0, None, 1e-6, -1))
     ray.kill(engine)
     ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_tensors="pt")
     ids = ids["input_ids"] if hasattr(ids, "keys") else ids
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
     greedy = model.generate(ids, max_new_tokens=6, do_sample=False, pad_token_id=tokenizer.pad_token_id)
     assert text == tokenizer.decode(greedy[0, ids.shape[1] :], skip_special_tokens=True)
+    assert top_k_one == text and top_p_tiny == text
 
 
 def test_a_judge_time_out_ends_only_its_trajectory(ray_session, tiny_model_dir, tokenizer):
@@ -155,3 +161,56 @@ def test_agent_loops_score_each_trajectory_as_it_finishes(ray_session, tiny_mode
     after_batch = load_reward_manager(cfg, tokenizer, num_examine=0)(full)
     assert torch.equal(result["reward_tensor"], after_batch)
     assert result["reward_metrics"]["reward_loop/scored_in_rollout_fraction"] == 1.0
+
+
+def test_a_judge_on_one_domain_scores_its_rows_and_the_rule_scorer_the_rest(ray_session, tiny_model_dir, tokenizer):
+    # ROLL's multi-domain RLVR: the LLM-judge domain's rows get the judge's verdict (ROLL's prompt,
+    # 1 when "yes" is in the verdict), the other domain's rows their rule scorer's score.
+    from hybrid.config.override_values import hydra_value
+    from hybrid.dialects.roll_judge_prompts import PROMPT_MAPS, judge_template
+    from hybrid.reward_loop import RewardLoop
+    from reward.scorers.arithmetic import compute_score
+    from scripts.latency_judge import LatencyJudge
+
+    asked = []
+
+    def verdict(question):
+        asked.append(question)
+        return "YES" if "**Reference Answer:**  \n5  \n" in question else "NO"
+
+    server = LatencyJudge(0.0, 0.0, concurrency=8, verdict=verdict)
+    template = judge_template("Qwen2.5-7B-Instruct-RLVR-prompt", "judge_prompt")
+    cfg = engine_config(
+        tiny_model_dir,
+        *LOOP,
+        f"reward_model.judge.base_url={server.url}",
+        f"reward_model.judge.prompt_template={hydra_value(template)}",
+        "reward_model.judge.verdict_pattern='(?i)(yes)'",
+        "reward_model.judge.verdict_labels={yes: 1}",
+        "reward_model.judge.domains=[llm_judge]",
+        "data.domain_quotas={llm_judge: 0.5, math_rule: 0.5}",
+        "data.reward_fn_key=domain",
+        "data.domain_scorers={math_rule: arithmetic}",
+    )
+    batch = _scored_rollout(tokenizer)  # ground truths 5, 5, red, red, 12345, 12345, Paris, Paris
+    domains = ["llm_judge"] * 4 + ["math_rule"] * 4
+    batch.non_tensor_batch["domain"] = np.array(domains, dtype=object)
+    loop = RewardLoop(cfg)
+    try:
+        result = loop.score(batch, use_reward_fn=True, env_rewards=None)
+    finally:
+        loop.close()
+        server.close()
+    mask = batch.batch["attention_mask"][:, batch.batch["prompts"].shape[-1] :].bool()
+    responses = [tokenizer.decode(r[m], skip_special_tokens=True) for r, m in zip(batch.batch["responses"], mask)]
+    prompts = [tokenizer.decode(p, skip_special_tokens=True) for p in batch.batch["prompts"]]
+    truths = ["5", "5", "red", "red", "12345", "12345", "Paris", "Paris"]
+    # The judge saw ROLL's text for the judged rows only (the row's decoded prompt as its question).
+    expected = [
+        PROMPT_MAPS["Qwen2.5-7B-Instruct-RLVR-prompt"].format(question=q, response=r, reference=t)
+        for q, r, t in zip(prompts[:4], responses[:4], truths[:4])
+    ]
+    assert sorted(asked) == sorted(expected)
+    rule = [float(compute_score(r, t)) for r, t in zip(responses[4:], truths[4:])]
+    assert result["reward_tensor"].sum(-1).tolist() == [1.0, 1.0, 0.0, 0.0, *rule]
+    assert result["reward_extra_info"]["judge_status"] == ["ok", "ok", "unparsable", "unparsable"] + ["not_judged"] * 4
