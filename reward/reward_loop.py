@@ -156,7 +156,12 @@ class RewardLoopWorker:
     def _judge_messages(self, sample: dict) -> list[dict]:
         judge = self.rm.judge
         raw = sample.get("raw_prompt")
-        if raw is not None and len(raw):
+        if judge.prompt_after is not None:
+            # ROLL's LLM judge: the decoded prompt, cut after the last "user\n" when it has one.
+            prompt = self.tokenizer.decode(sample["prompt_ids"], skip_special_tokens=True)
+            if judge.prompt_after in prompt:
+                prompt = prompt.split(judge.prompt_after)[-1].strip()
+        elif raw is not None and len(raw):
             prompt = "\n".join(str(m.get("content", "")) for m in raw if m.get("role") == "user")
         else:
             prompt = self.tokenizer.decode(sample["prompt_ids"], skip_special_tokens=True)

@@ -4,7 +4,9 @@ ROLL dialect's rewards rules (roll_rewards.py).
 
 What ROLL's worker does (roll/pipeline/rlvr/rewards/llm_judge_reward_worker.py): each row of its
 domain gets the prompt `judge_prompt` names in prompt_maps (roll_judge_prompts.py), filled with
-the question, the decoded response and the row's ground truth, as one user message in the
+the question (the decoded prompt's text after its last "user\n", stripped: with Qwen's template
+the user's message and an "assistant" line), the decoded response and the row's ground truth,
+as one user message in the
 judge tokenizer's chat template (data_args.template qwen2_5/qwen3/native: apply_chat_template
 with the generation prompt); the judge model (model_args.model_name_or_path, served by vLLM or
 HF generate) samples with generating_args (ROLL's defaults where a key is not given), and the
@@ -24,6 +26,8 @@ from hybrid.dialects.table import Context, Refusal, Rule
 JUDGE_WORKER = "LLMJudgeRewardWorker"
 # ROLL's verdict rule (_extract_score_v2): 1 when "yes" is in the lower-cased text, else 0.
 YES_PATTERN = "(?i)(yes)"
+# ROLL's {question}: the decoded prompt's text after its last "user\n", stripped (_format_judge_prompt).
+ROLL_QUESTION_AFTER = "user\n"
 # roll/configs/generating_args.py's defaults, for the keys a file does not give.
 ROLL_GENERATING_DEFAULTS = {"temperature": 0.95, "top_p": 0.7, "top_k": 50, "max_new_tokens": 8192}
 SAMPLING_KEYS = {
@@ -99,6 +103,7 @@ def judge_worker(ctx: Context) -> dict[str, Any]:
         "reward_model.model.path": path,
         "reward_model.judge.domains": [domain],
         "reward_model.judge.prompt_template": judge_template(str(name), f"{prefix}.judge_prompt"),
+        "reward_model.judge.prompt_after": ROLL_QUESTION_AFTER,
         "reward_model.judge.verdict_pattern": YES_PATTERN,
         "reward_model.judge.verdict_labels": {"yes": 1.0},
         "reward_model.judge.min_score": 0.0,

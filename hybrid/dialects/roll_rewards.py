@@ -110,9 +110,7 @@ REWARD_RULES: tuple[Rule, ...] = (
         "hybrid/dialects/roll_judge.py)",
         "with several domains each domain's rows are scored by its own scorer (reward/domain_scorers.py); hybrid's "
         "math scorer compares the last \\boxed{} answer after MATH normalisation, ROLL's math rule uses math_verify; "
-        "the judge's verdicts without 'yes' (ROLL's 0) are counted as reward_loop/judge_unparsable; hybrid fills "
-        "{question} with the row's user messages, ROLL with the decoded prompt after its last 'user\\n' (with "
-        "Qwen's template that text ends in an 'assistant' line)",
+        "the judge's verdicts without 'yes' (ROLL's 0) are counted as reward_loop/judge_unparsable",
     ),
     custom(
         "rewards.<domain>.tag_included",

@@ -66,6 +66,35 @@ def test_rolls_verdict_rule(verdict, roll_score):
     assert parsed.score == roll_score
 
 
+def _rolls_judge_prompt(judge_prompt: str, prompt: str, response: str, reference: str) -> str:
+    """ROLL's LLMJudgeRewardWorker._format_judge_prompt (a judge_prompt named), as ROLL writes it."""
+    if "user\n" in prompt:
+        prompt = prompt.split("user\n")[-1].strip()
+    return judge_prompt.format(question=prompt, response=response, reference=reference)
+
+
+@pytest.mark.parametrize(
+    "decoded",  # the policy's prompt decoded without special tokens: Qwen's chat template, and none
+    ["system\nYou are helpful.\nuser\nWhat is 2+3?\nassistant\n", "What is 2+3? Put it in a box."],
+)
+def test_the_judges_question_is_rolls_cut_of_the_decoded_prompt(decoded):
+    worker = RewardLoopWorker.__new__(RewardLoopWorker)
+    template = judge_template(RLVR_PROMPT, "judge_prompt")
+    judge = SimpleNamespace(prompt_after="user\n", prompt_template=template, system_prompt=None)
+    worker.rm = SimpleNamespace(judge=judge)
+    # A character-level tokenizer: ids are code points.
+    worker.tokenizer = SimpleNamespace(decode=lambda ids, skip_special_tokens: "".join(map(chr, ids)))
+    raw = [{"role": "user", "content": "ignored: the decoded prompt is read"}]
+    sample = {
+        "prompt_ids": [ord(c) for c in decoded],
+        "response_ids": [ord(c) for c in "It is 5."],
+        "raw_prompt": raw,
+        "reward_model": {"ground_truth": "5"},
+    }
+    expected = _rolls_judge_prompt(PROMPT_MAPS[RLVR_PROMPT], decoded, "It is 5.", "5")
+    assert worker._judge_messages(sample) == [{"role": "user", "content": expected}]
+
+
 # ---------------------------------------------------------------- the judge on some domains' rows
 
 
@@ -190,6 +219,7 @@ def test_the_four_multi_domain_files_map_their_llm_judge(tmp_path, example):
     assert (rm.enable, rm.use_reward_loop, rm.combine) == (True, True, "sum")
     assert judge.domains == ("llm_judge",)
     assert judge.prompt_template == judge_template(RLVR_PROMPT, "judge_prompt")
+    assert judge.prompt_after == "user\n"
     assert (judge.verdict_pattern, dict(judge.verdict_labels), judge.invalid_score) == ("(?i)(yes)", {"yes": 1.0}, 0)
     assert (judge.temperature, judge.top_p, judge.top_k, rm.rollout.response_length) == (0.8, 0.8, 50, 100)
     assert rm.rollout.dtype == "bfloat16"

@@ -116,6 +116,7 @@ class RewardJudgeConfig:
     api_key_env: str | None  # the environment variable holding base_url's key
     prompt_template: str
     system_prompt: str | None
+    prompt_after: str | None  # {prompt} from the decoded prompt after its last such string (ROLL's judge: "user\n")
     verdict_pattern: str
     verdict_labels: dict[str, float] | None  # words the pattern captures -> scores ({yes: 1, no: 0})
     min_score: float
@@ -167,6 +168,8 @@ class RewardModelConfig:
             )
         if valid(self.rollout) and valid(self.rollout.engine_kwargs) and valid(self.rollout.engine_kwargs.vllm):
             check_engine_kwargs("reward_model.rollout.engine_kwargs.vllm", self.rollout.engine_kwargs.vllm, problems)
+        if self.judge.prompt_after == "":
+            problems.add("reward_model.judge.prompt_after='' cuts nothing: give the text to cut after, or null")
         if self.judge.min_score > self.judge.max_score:
             problems.add(
                 f"reward_model.judge.min_score={self.judge.min_score} is above max_score={self.judge.max_score}"
