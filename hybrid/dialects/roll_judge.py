@@ -201,7 +201,9 @@ JUDGE_NOTES = {
     "model_args": "LLM judge: model_name_or_path -> reward_model.model.path, dtype -> reward_model.rollout.dtype",
     "strategy_args": "LLM judge: vllm or hf_infer -> hybrid's vLLM reward engine; strategy_config "
     + ", ".join(ENGINE_KEYS)
-    + " -> reward_model.rollout.*",
+    + " -> reward_model.rollout.*; without max_model_len the engine holds reward_model.rollout.prompt_length + "
+    "response_length tokens (cut to the model's limit), where ROLL's hf_infer holds the model's: a longer judge "
+    "prompt scores invalid_score with judge_status error, so raise prompt_length for long responses",
     "data_args": "LLM judge: template " + "/".join(OWN_TEMPLATE) + " = the judge tokenizer's own chat template",
     "device_mapping": "LLM judge: " + PLACEMENT_NOTE,
     "infer_batch_size": "LLM judge: no effect (the engine batches every verdict in flight)",
