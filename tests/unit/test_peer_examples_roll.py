@@ -17,9 +17,13 @@ from scripts.peer_examples.roll import check, extract
 UNDERSTOOD_EXAMPLES = {
     "examples/ascend_examples/qwen3_30b_rlvr_fsdp2.yaml",
     "examples/ascend_examples/qwen3_8b_rlvr_fsdp2.yaml",
+    "examples/qwen2.5-7B-rlvr_megatron/rlvr_fsdp2_sp2.yaml",
+    "examples/qwen2.5-7B-rlvr_megatron/rlvr_lora_fsdp2.yaml",
     "examples/qwen3-30BA3B-agentic_fsdp2/agentic_val_sokoban_30a3.yaml",
     "examples/qwen3-30BA3B-rlvr_fsdp2/rlvr_config.yaml",
     "examples/qwen3-30BA3B-rlvr_fsdp2/rlvr_config_ep.yaml",
+    "examples/qwen3-8B-rlvr_fsdp2/rlvr_config.yaml",
+    "examples/qwen3-8B-rlvr_fsdp2/rlvr_config_wo_cpuoffload.yaml",
 }
 
 
