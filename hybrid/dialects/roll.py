@@ -18,7 +18,8 @@ devices), which reference and critic share; actor_infer either shares it too (co
 devices of its own (disjoint: hybrid's engines in their own actors, with the schedule of
 `async_generation_ratio`: in turn at 0, streamed ahead of training above). The agentic pipeline's multi-turn
 keys (custom_envs, the env managers) are in roll_agentic.py; the converters the rules call
-are in roll_convert.py, the worker sections' rules in roll_workers.py, the rewards section's in
+are in roll_convert.py (devices and batch sizes in roll_placement.py), the worker sections' rules in
+roll_workers.py (their strategy settings in roll_strategy.py), the rewards section's in
 roll_rewards.py, the step batch (and the agentic pipeline's batch adjustment) in roll_batches.py,
 the rule table in roll_rules.py (top-level keys) and roll_sections.py (the worker sections).
 """
@@ -29,7 +30,8 @@ import os
 import re
 from typing import Any
 
-from hybrid.dialects.roll_convert import UNSET_ENV, parse_devices
+from hybrid.dialects.roll_convert import UNSET_ENV
+from hybrid.dialects.roll_placement import parse_devices
 from hybrid.dialects.roll_rules import ROLL_DEFAULTS, RULES
 from hybrid.dialects.table import Dialect, show, translate
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from hybrid.dialects.roll_convert import ACTOR, _mini_batch, _world, parse_devices
 from hybrid.dialects.roll_episodes import _train_batch, _val_batch, is_agentic, samples_per_prompt, train_prompts
+from hybrid.dialects.roll_placement import ACTOR, _mini_batch, _world, parse_devices
 from hybrid.dialects.table import Context, Refusal, custom, hybrid_default
 
 ADJUST_MODES = ("copy", "delete", "auto", "random_sample")

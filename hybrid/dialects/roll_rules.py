@@ -18,7 +18,6 @@ from hybrid.dialects.roll_convert import (
     ARR,
     ROLLOUT,
     _advantage,
-    _async_generation_ratio,
     _clip,
     _difficulty,
     _dual_clip,
@@ -41,6 +40,7 @@ from hybrid.dialects.roll_convert import (
     _val_lengths,
     _value_clip,
 )
+from hybrid.dialects.roll_placement import _async_generation_ratio
 from hybrid.dialects.roll_sections import SECTION_RULES
 from hybrid.dialects.roll_workers import system_envs_rule
 from hybrid.dialects.table import (

@@ -27,12 +27,8 @@ from hybrid.dialects.roll_convert import (
     _unread_template,
 )
 from hybrid.dialects.roll_rewards import REWARD_RULES
-from hybrid.dialects.roll_workers import (
-    _dtype_train,
-    _engine_config,
-    _worker_rules,
-    strategy_config_rule,
-)
+from hybrid.dialects.roll_strategy import _dtype_train, strategy_config_rule
+from hybrid.dialects.roll_workers import _engine_config, _worker_rules
 from hybrid.dialects.table import Context, Refusal, Rule, choice, custom, ignore, refuse, same, show, via
 
 
