@@ -1,0 +1,145 @@
+"""Every key of SkyRL's and ROLL's own configuration classes, read from a checkout of each
+repository, written to tests/data/peer_config_keys.json with the commit it came from.
+
+The examples the dialects are measured on use only some of the keys; a user's file may set any
+of them. tests/unit/test_peer_config_keys.py checks that every key listed here is known to the
+dialect (mapped, a documented no-op, or refused with its reason), offline, from that file.
+
+    python -m scripts.peer_config_keys [--skyrl DIR] [--roll DIR] [--out PATH]
+
+DIR is a git directory (a bare mirror works): the files are read with `git show HEAD:path`. The
+classes are dataclasses; their modules import parts of their repository that only matter at run
+time (logging, device platform, the inference servers), which are replaced by small stand-ins in
+a temporary folder so the classes can be imported and walked here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import inspect
+import json
+import subprocess
+import sys
+import tempfile
+import typing
+from pathlib import Path
+
+SKYRL_FILES = ("skyrl/train/config/config.py",)
+ROLL_FILES = (
+    "roll/configs/__init__.py",
+    "roll/configs/base_config.py",
+    "roll/configs/data_args.py",
+    "roll/configs/generating_args.py",
+    "roll/configs/model_args.py",
+    "roll/configs/training_args.py",
+    "roll/configs/worker_config.py",
+    "roll/pipeline/agentic/agentic_config.py",
+    "roll/pipeline/rlvr/rlvr_config.py",
+)
+# Stand-ins for the run-time imports of those modules (what each name is used for there: a
+# logger, a device platform object, two megatron batch helpers, a cloud-path test).
+ROLL_STANDINS = {
+    "roll/utils/logging.py": "import logging\n\ndef get_logger(*a, **k):\n    return logging.getLogger('roll')\n",
+    "roll/utils/config_utils.py": (
+        "def calculate_megatron_dp_size(*a, **k):\n    return 1\n\n"
+        "def validate_megatron_batch_size(*a, **k):\n    return None\n"
+    ),
+    "roll/platforms.py": "class _P:\n    device_type = 'cuda'\n\n    def __getattr__(self, n):\n        return None\n\n"
+    "current_platform = _P()\n",
+}
+SKYRL_STANDINS = {
+    "skyrl/backends/skyrl_train/utils/io/io.py": (
+        "def is_cloud_path(p):\n    return str(p).startswith(('s3://', 'gs://', 'gcs://'))\n"
+    ),
+}
+
+
+def _git(repo: str, *args: str) -> str:
+    return subprocess.run(["git", "-C", repo, *args], check=True, capture_output=True, text=True).stdout
+
+
+def _materialise(repo: str, files: tuple[str, ...], standins: dict[str, str], root: Path) -> str:
+    for path in files:
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(_git(repo, "show", f"HEAD:{path}"))
+    for path, text in standins.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+    for folder in {p.parent for p in root.rglob("*.py")}:
+        while folder != root:
+            (folder / "__init__.py").touch(exist_ok=True)
+            folder = folder.parent
+    return _git(repo, "rev-parse", "HEAD").strip()
+
+
+def _default(field: dataclasses.Field) -> typing.Any:
+    if field.default is not dataclasses.MISSING:
+        value = field.default
+    elif field.default_factory is not dataclasses.MISSING:
+        try:
+            value = field.default_factory()
+        except Exception as err:  # a factory needing run-time state: named, not guessed
+            return f"<default from {getattr(field.default_factory, '__name__', 'a factory')}: {type(err).__name__}>"
+    else:
+        return "<required>"
+    return json.loads(json.dumps(value, default=lambda v: repr(v)))
+
+
+def walk(cls: type, prefix: str = "", seen: tuple[type, ...] = ()) -> dict[str, typing.Any]:
+    """Leaf keys of a dataclass (nested dataclass fields, Optional ones included, are descended
+    into), each with its default."""
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:  # forward references to names the stand-ins lack: the raw annotations
+        hints = {}
+    out: dict[str, typing.Any] = {}
+    for field in dataclasses.fields(cls):
+        kind = hints.get(field.name, field.type)
+        nested = [t for t in (kind, *typing.get_args(kind)) if inspect.isclass(t) and dataclasses.is_dataclass(t)]
+        if nested and nested[0] not in seen:
+            out.update(walk(nested[0], f"{prefix}{field.name}.", (*seen, nested[0])))
+        else:
+            out[f"{prefix}{field.name}"] = _default(field)
+    return out
+
+
+def _import(root: Path, module: str) -> typing.Any:
+    sys.path.insert(0, str(root))
+    try:
+        return importlib.import_module(module)
+    finally:
+        sys.path.remove(str(root))
+
+
+def skyrl_keys(repo: str) -> dict[str, typing.Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        commit = _materialise(repo, SKYRL_FILES, SKYRL_STANDINS, Path(tmp))
+        config = _import(Path(tmp), "skyrl.train.config.config")
+        return {"commit": commit, "SkyRLTrainConfig": walk(config.SkyRLTrainConfig)}
+
+
+def roll_keys(repo: str) -> dict[str, typing.Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        commit = _materialise(repo, ROLL_FILES, ROLL_STANDINS, Path(tmp))
+        rlvr = _import(Path(tmp), "roll.pipeline.rlvr.rlvr_config")
+        agentic = _import(Path(tmp), "roll.pipeline.agentic.agentic_config")
+        return {"commit": commit, "RLVRConfig": walk(rlvr.RLVRConfig), "AgenticConfig": walk(agentic.AgenticConfig)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--skyrl", default="/work/.mirror/NovaSky-AI+SkyRL/repo")
+    parser.add_argument("--roll", default="/work/.mirror/alibaba+ROLL/repo")
+    parser.add_argument("--out", default="tests/data/peer_config_keys.json")
+    args = parser.parse_args(argv)
+    keys = {"skyrl": skyrl_keys(args.skyrl), "roll": roll_keys(args.roll)}
+    Path(args.out).write_text(json.dumps(keys, indent=1, sort_keys=True) + "\n")
+    for name, found in keys.items():
+        sizes = ", ".join(f"{cls} {len(v)}" for cls, v in found.items() if cls != "commit")
+        print(f"{name} {found['commit'][:12]}: {sizes} keys")
+
+
+if __name__ == "__main__":
+    main()
