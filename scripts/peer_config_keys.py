@@ -1,11 +1,12 @@
-"""Every key of SkyRL's and ROLL's own configuration classes, read from a checkout of each
-repository, written to tests/data/peer_config_keys.json with the commit it came from.
+"""Every key of SkyRL's and ROLL's own configuration classes and of verl's generated
+ppo_trainer.yaml, read from a checkout of each repository, written to
+tests/data/peer_config_keys.json with the commit it came from.
 
 The examples the dialects are measured on use only some of the keys; a user's file may set any
 of them. tests/unit/test_peer_config_keys.py checks that every key listed here is known to the
 dialect (mapped, a documented no-op, or refused with its reason), offline, from that file.
 
-    python -m scripts.peer_config_keys [--skyrl DIR] [--roll DIR] [--out PATH]
+    python -m scripts.peer_config_keys [--skyrl DIR] [--roll DIR] [--verl DIR] [--out PATH]
 
 DIR is a git directory (a bare mirror works): the files are read with `git show HEAD:path`. The
 classes are dataclasses; their modules import parts of their repository that only matter at run
@@ -128,13 +129,38 @@ def roll_keys(repo: str) -> dict[str, typing.Any]:
         return {"commit": commit, "RLVRConfig": walk(rlvr.RLVRConfig), "AgenticConfig": walk(agentic.AgenticConfig)}
 
 
+def verl_keys(repo: str) -> dict[str, typing.Any]:
+    """The leaves of verl's _generated_ppo_trainer.yaml (the FSDP trainer's whole composed config),
+    each with its default; a mapping with no keys is a leaf of its own."""
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+
+    tree = OmegaConf.create(_git(repo, "show", "HEAD:verl/trainer/config/_generated_ppo_trainer.yaml"))
+
+    def leaves(node: DictConfig, prefix: str) -> dict[str, typing.Any]:
+        out: dict[str, typing.Any] = {}
+        for key in node.keys():
+            child = node._get_node(key)
+            if isinstance(child, DictConfig) and len(child):
+                out.update(leaves(child, f"{prefix}{key}."))
+            else:
+                out[f"{prefix}{key}"] = (
+                    OmegaConf.to_container(child, resolve=False)
+                    if isinstance(child, (DictConfig, ListConfig))
+                    else child._value()
+                )
+        return out
+
+    return {"commit": _git(repo, "rev-parse", "HEAD").strip(), "ppo_trainer": leaves(tree, "")}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skyrl", default="/work/.mirror/NovaSky-AI+SkyRL/repo")
     parser.add_argument("--roll", default="/work/.mirror/alibaba+ROLL/repo")
+    parser.add_argument("--verl", default="/work/.mirror/volcengine+verl/repo")
     parser.add_argument("--out", default="tests/data/peer_config_keys.json")
     args = parser.parse_args(argv)
-    keys = {"skyrl": skyrl_keys(args.skyrl), "roll": roll_keys(args.roll)}
+    keys = {"skyrl": skyrl_keys(args.skyrl), "roll": roll_keys(args.roll), "verl": verl_keys(args.verl)}
     Path(args.out).write_text(json.dumps(keys, indent=1, sort_keys=True) + "\n")
     for name, found in keys.items():
         sizes = ", ".join(f"{cls} {len(v)}" for cls, v in found.items() if cls != "commit")
