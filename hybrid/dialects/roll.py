@@ -21,7 +21,9 @@ keys (custom_envs, the env managers) are in roll_agentic.py; the converters the 
 are in roll_convert.py (devices and batch sizes in roll_placement.py), the worker sections' rules in
 roll_workers.py (their strategy settings in roll_strategy.py), the rewards section's in
 roll_rewards.py, the step batch (and the agentic pipeline's batch adjustment) in roll_batches.py,
-the rule table in roll_rules.py (top-level keys) and roll_sections.py (the worker sections).
+the rule table in roll_rules.py (top-level keys) and roll_sections.py (the worker sections), and
+roll_worker_keys.py (every other field of ROLL's worker and pipeline config classes: what ROLL
+does not read for a role, ignored, with where it reads it; what would change training, refused).
 """
 
 from __future__ import annotations

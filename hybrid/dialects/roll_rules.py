@@ -2,7 +2,8 @@
 scheduling, sizes, the algorithm, the models), the verl keys it sets, or why it is ignored
 or refused, followed by the worker sections' rules (roll_sections.py: actor_train,
 actor_infer, reference, critic, validation; with the rewards section's from roll_rewards.py,
-the keys every worker shares from roll_workers.py, the agentic keys from roll_agentic.py);
+the keys every worker shares from roll_workers.py, the agentic keys from roll_agentic.py), then
+every other field of ROLL's worker and pipeline config classes (roll_worker_keys.py);
 and ROLL's own defaults for keys that a rule reads together with the one given. roll.py
 reads the file and applies this table; the converters are in roll_convert.py.
 """
@@ -42,6 +43,7 @@ from hybrid.dialects.roll_convert import (
 )
 from hybrid.dialects.roll_placement import _async_generation_ratio
 from hybrid.dialects.roll_sections import SECTION_RULES
+from hybrid.dialects.roll_worker_keys import WORKER_KEY_RULES
 from hybrid.dialects.roll_workers import system_envs_rule
 from hybrid.dialects.table import (
     NO_DUAL_CLIP,
@@ -435,6 +437,7 @@ RULES: tuple[Rule, ...] = (
         "ROLL starts the critic from it",
     ),
     *SECTION_RULES,
+    *WORKER_KEY_RULES,
 )
 
 __all__ = ["ROLL_DEFAULTS", "RULES"]
