@@ -3,6 +3,10 @@
 rollout.n_gpus_per_node`, `tensor_model_parallel_size` each; CPU cores when there is no GPU),
 beside the training group.
 
+With `actor_rollout_ref.rollout.remote.*` the engines are servers of a deployment of their own
+(`python -m hybrid.serve`), each reached through a client actor (workers/rollout/remote_engine.py)
+with the same methods; the weights then travel to them over HTTP.
+
 `push` hands the trainer's weights to every engine with a version (the trainer's step count):
 the training ranks gather them once into Ray's object store (shared memory on one node, no
 file), and each engine loads them in place, waiting for its requests in flight or aborting
@@ -20,13 +24,16 @@ import ray
 from hybrid.roles import cpus_per_slot_for
 from protocol.data_proto import DataProto
 from workers.device import is_cuda_available
+from workers.rollout.remote_engine import remote_endpoints
 
 
 class EnginePool:
     def __init__(self, config):
         self.config = config
         tp = int(config.actor_rollout_ref.rollout.tensor_model_parallel_size)
-        self.count = config.rollout.devices // tp
+        self.remote = config.actor_rollout_ref.rollout.remote
+        # Remote engines (workers/rollout/remote_engine.py): one client actor per control-plane URL.
+        self.count = len(remote_endpoints(self.remote)) if self.remote.enabled else config.rollout.devices // tp
         self.abort_on_push = bool(config.async_training.partial_rollout)
         self.version = -1  # no weights yet: the engines hold dummy ones (or the model folder's)
         self.engines: list = []
@@ -36,6 +43,9 @@ class EnginePool:
         self._tp = tp
 
     def start(self) -> None:
+        if self.remote.enabled:
+            self._start_remote()
+            return
         from workers.rollout_engine_worker import RolloutEngineWorker
 
         gpu = is_cuda_available()
@@ -49,6 +59,21 @@ class EnginePool:
         started = ray.get([engine.init_engine.remote() for engine in self.engines])
         # The version every engine serves before any push: 0 with a load format that reads the
         # model folder, -1 (none) with a dummy one.
+        self.initial_version = min(int(info["version"]) for info in started)
+        self.dtype = ray.get(self.engines[0].engine_dtype.remote())
+
+    def _start_remote(self) -> None:
+        """Clients of the servers `python -m hybrid.serve` started, checked from here first."""
+        from workers.rollout.remote_engine import RemoteEngineWorker, check_remote_servers
+
+        arr = self.config.actor_rollout_ref
+        check_remote_servers(self.remote, arr.rollout)
+        client = ray.remote(RemoteEngineWorker).options(num_cpus=0, max_concurrency=1000)
+        self.engines = [
+            client.remote(arr, engine_index=i, control_url=control, data_url=data)
+            for i, (control, data) in enumerate(remote_endpoints(self.remote))
+        ]
+        started = ray.get([engine.init_engine.remote() for engine in self.engines])
         self.initial_version = min(int(info["version"]) for info in started)
         self.dtype = ray.get(self.engines[0].engine_dtype.remote())
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 
+from hybrid.config.rules_remote import check_remote
 from hybrid.config.schema import HybridConfig
 from protocol.config_schema import Problems, fmt, valid
 
@@ -15,11 +16,13 @@ AT = "async_training"
 
 def check_async(config: HybridConfig, problems: Problems) -> None:
     arr, placement, at = config.actor_rollout_ref, config.rollout, config.async_training
+    check_remote(config, problems)
+    remote = valid(arr.rollout.remote) and arr.rollout.remote.enabled
     if not valid(arr.hybrid_engine, placement.n_gpus_per_node, at.mode):
         return
     if at.simulate_training is True:
         _check_simulated(config, problems)
-    if arr.hybrid_engine is True:
+    if arr.hybrid_engine is True and not remote:
         if at.mode is not None:
             problems.add(
                 f"{AT}.mode={fmt(at.mode)} runs the rollout engines in their own actors: set {ARR}.hybrid_engine=false "
@@ -31,15 +34,17 @@ def check_async(config: HybridConfig, problems: Problems) -> None:
                 f"which needs {ARR}.hybrid_engine=false (with hybrid_engine=true the fused worker generates)"
             )
         return
+    if arr.hybrid_engine is True:  # with remote engines: check_remote said so
+        return
     mode = config.async_mode
-    if placement.n_gpus_per_node < 1:
+    if placement.n_gpus_per_node < 1 and not remote:
         problems.add(
             f"{ARR}.hybrid_engine=False runs the rollout engines in their own actors, on devices of their own: set "
             f"rollout.n_gpus_per_node (and rollout.nnodes) to their count"
         )
         return
     tp = arr.rollout.tensor_model_parallel_size
-    if valid(tp) and placement.devices % tp:
+    if valid(tp) and placement.devices % tp and not remote:
         problems.add(
             f"rollout.nnodes x rollout.n_gpus_per_node = {placement.devices} devices do not split into engines of "
             f"{ARR}.rollout.tensor_model_parallel_size={tp}"

@@ -47,6 +47,7 @@ from hybrid.dialects.skyrl_convert import (
 )
 from hybrid.dialects.skyrl_language_model import LANGUAGE_MODEL_RULES
 from hybrid.dialects.skyrl_multi_turn import ENVIRONMENT_RULES, GENERATOR_RULES
+from hybrid.dialects.skyrl_remote import REMOTE_RULES
 from hybrid.dialects.skyrl_trainer import TRAINER_RULES
 from hybrid.dialects.table import Dialect, Refusal, choice, custom, ignore, refuse, same, translate, via
 
@@ -226,19 +227,12 @@ RULES = (
         f"{ROLLOUT}.dtype",
         {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32", "auto": "auto"},
     ),
-    refuse("generator.inference_engine.run_engines_locally", f"remote engines: {IN_PROCESS}", accept=(True,)),
+    *REMOTE_RULES,
     custom(
         "generator.inference_engine.remote_urls",
         (),
         _remote_urls,
         "accepted with run_engines_locally=true (SkyRL ignores them then)",
-    ),
-    refuse("generator.inference_engine.external_proxy_url", f"remote engines: {IN_PROCESS}", accept=(None,)),
-    refuse(
-        "generator.inference_engine.external_server_urls",
-        f"remote engines: {IN_PROCESS}",
-        accept=lambda v: not v,
-        accepts="null, []",
     ),
     custom(
         "generator.inference_engine.enable_http_endpoint",

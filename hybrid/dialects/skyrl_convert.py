@@ -236,6 +236,16 @@ def _colocated(ctx: Context) -> bool:
     return ctx.get("trainer.placement.colocate_all", True) is not False
 
 
+def remote_servers_given(ctx: Context) -> bool:
+    """external_server_urls given as a non-empty value (hybrid/dialects/skyrl_remote.py)."""
+    return ctx.get("generator.inference_engine.external_server_urls", None) not in (None, "", [])
+
+
+def _remote_engines(ctx: Context) -> bool:
+    """SkyRL's external_proxy_url / external_server_urls: engines of a separate deployment."""
+    return ctx.get("generator.inference_engine.external_proxy_url", None) is not None or remote_servers_given(ctx)
+
+
 def _engine_devices(ctx: Context) -> int:
     """The engines' own devices with colocate_all=false: num_engines x tensor_parallel_size."""
     engines = ctx.get("generator.inference_engine.num_engines")
@@ -256,7 +266,8 @@ def _colocate_all(value: Any, ctx: Context) -> dict[str, Any]:
         return {}
     if value is not False:
         raise Refusal("true or false")
-    out = engines_apart(1, _engine_devices(ctx))
+    # Remote engines (skyrl_remote.py) run on the deployment's devices, none of this run's.
+    out = engines_apart(1, 0 if _remote_engines(ctx) else _engine_devices(ctx))
     # SkyRL's trainer is chosen by its entry point: with only placement keys, the synchronous
     # one (generate with the current weights, then train); trainer.fully_async.* keys stand
     # for its fully async entry point, whose rule writes that schedule.

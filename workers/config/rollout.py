@@ -81,6 +81,26 @@ class AgentLoopConfig:
 
 
 @dataclass(frozen=True)
+class RemoteEnginesConfig:
+    """`actor_rollout_ref.rollout.remote` (hybrid's; SkyRL's external_proxy_url and
+    external_server_urls): rollout engines in a deployment of their own, started beforehand with
+    `python -m hybrid.serve` (workers/rollout/remote_server.py), which prints both URLs.
+    `proxy_url`: the router generation requests go through (the data plane); `server_urls`: each
+    engine server, which gets the weight pushes, pause/resume and the version (the control
+    plane). Both: generation through the proxy, control to every server. The proxy alone: the
+    router also fans the control calls out to its servers. The servers alone: the trainer sends
+    each generation to the server with the fewest rows in flight. Unset (null): hybrid starts
+    its engines itself."""
+
+    proxy_url: str | None
+    server_urls: Annotated[tuple[str, ...] | None, AsList()]
+
+    @property
+    def enabled(self) -> bool:
+        return self.proxy_url is not None or self.server_urls is not None
+
+
+@dataclass(frozen=True)
 class RolloutConfig(LogProbBatching):
     """`actor_rollout_ref.rollout`: the engine, its sampling settings and the multi-turn loop."""
 
@@ -147,6 +167,7 @@ class RolloutConfig(LogProbBatching):
     multi_turn: MultiTurnConfig
     agent: AgentLoopConfig
     val_kwargs: ValKwargsConfig
+    remote: RemoteEnginesConfig
 
     def check(self, problems: Problems) -> None:
         key = "actor_rollout_ref.rollout"
