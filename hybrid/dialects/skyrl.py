@@ -130,6 +130,9 @@ ALIASES: dict[str, str] = {
 }
 
 
+# Remote engines (skyrl_remote.py) get the weights another way than the engines hybrid starts.
+_REMOTE_PUSH = "a remote deployment (external_proxy_url / external_server_urls) gets the full weights over HTTP"
+
 RULES = (
     *TRAINER_RULES,
     *ALGORITHM_RULES,
@@ -277,11 +280,11 @@ RULES = (
         "one engine per tensor-parallel group; no engine data parallelism",
         accept=(1,),
     ),
-    ignore("generator.inference_engine.weight_sync_backend", f"no collective: {IN_PROCESS}"),
+    ignore("generator.inference_engine.weight_sync_backend", f"no collective: {IN_PROCESS}; {_REMOTE_PUSH}"),
     ignore(
         "generator.inference_engine.delta_weight_sync.*",
         "SkyRL's transport of checkpoint deltas through shared storage to engines of their own "
-        f"(weight_sync_backend=delta); the engines get the same weights: {IN_PROCESS}",
+        f"(weight_sync_backend=delta); the engines get the same weights: {IN_PROCESS}; {_REMOTE_PUSH}",
     ),
     via(
         "generator.inference_engine.weight_transfer_threshold_cuda_ipc_GB",
