@@ -36,6 +36,7 @@ from hybrid.core_algos import agg_loss, get_kl_controller, kl_in_reward
 from hybrid.distillation import distillation_rewards
 from hybrid.dummy_steps import run_dummy_steps
 from hybrid.errors import RunStopped, mark_training_started
+from hybrid.generation_dump import dump_rollouts
 from hybrid.interrupts import StopSignals
 from hybrid.metrics import (
     compute_data_metrics,
@@ -46,7 +47,6 @@ from hybrid.metrics import (
 from hybrid.roles import build_worker_groups
 from hybrid.rollouts import Rollouts, timed
 from hybrid.run_length import epochs_ran_out, run_steps
-from hybrid.step_wise import is_step_wise, step_wise_mini_batches
 from hybrid.tracking import Tracking
 from hybrid.trainer_state import TrainerState
 from hybrid.validation import Validation
@@ -246,15 +246,10 @@ class PPOTrainer:
         """trainer.pad_mini_batches: the batch the update of `section` (actor or critic) gets, each
         mini-batch padded with zero-mask dummy rows to its data-parallel ranks (hybrid/batch_ops.py);
         `<role>/dummy_rows` counts them."""
-        if is_step_wise(batch):  # mini-batches of whole prompts, however many turns (hybrid/step_wise.py)
-            padded, dummies = step_wise_mini_batches(
-                batch, section.ppo_mini_batch_size, section.data_parallel_size, section.ulysses_sequence_parallel_size
-            )
-        elif not self.config.trainer.pad_mini_batches:
+        if not self.config.trainer.pad_mini_batches:
             return batch
-        else:
-            mini = section.ppo_mini_batch_size * section.rollout_n
-            padded, dummies = pad_mini_batches(batch, mini, section.data_parallel_size)
+        mini = section.ppo_mini_batch_size * section.rollout_n
+        padded, dummies = pad_mini_batches(batch, mini, section.data_parallel_size)
         metrics[f"{role}/dummy_rows"] = float(dummies)
         return padded
 
@@ -440,6 +435,7 @@ class PPOTrainer:
     def _step_metrics(self, batch: DataProto, metrics: dict, timing: dict, last_step: bool) -> dict:
         """The step's reward, data, timing and throughput metrics into `metrics`, and the
         validation's when due (returned too; {} when it did not run)."""
+        dump_rollouts(self.config.trainer.rollout_data_dir, self.state.global_step, batch, self.tokenizer)  # verl's
         metrics.update(self.rollouts.take_metrics())
         metrics.update(compute_data_metrics(batch, use_critic=self.use_critic))
         metrics.update(compute_timing_metrics(batch, timing))

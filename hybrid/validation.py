@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from hybrid.config import HybridConfig
+from hybrid.generation_dump import ground_truths, write_generations
 from hybrid.metrics import process_validation_metrics
 from hybrid.rollouts import Rollouts, numeric_columns
 from hybrid.tracking import ValidationGenerationsLogger
@@ -36,6 +37,8 @@ class Validation:
         extra_columns: dict[str, list[float]] = {}
         turn_fields: list[dict] = []  # multi-turn per-sample fields, summarized over all batches
         val_kwargs = self.config.actor_rollout_ref.rollout.val_kwargs
+        dump_dir = self.config.trainer.validation_data_dir  # verl's: every sample to <dir>/<step>.jsonl
+        dumped: dict[str, list] = {"inputs": [], "outputs": [], "gts": []}
         for batch_index, batch_dict in enumerate(self.dataloader):
             batch = DataProto.from_single_dict(batch_dict)
             gen_batch = self.rollouts.gen_batch(batch)
@@ -60,6 +63,12 @@ class Validation:
             input_rows.extend(f"{batch_index}:{i // n}" for i in range(len(batch)))
             prompt_texts = self.tokenizer.batch_decode(batch.batch["prompts"], skip_special_tokens=True)
             prompts.update(prompt_texts)
+            if dump_dir:
+                dumped["inputs"].extend(prompt_texts)
+                dumped["outputs"].extend(
+                    self.tokenizer.batch_decode(batch.batch["responses"], skip_special_tokens=True)
+                )
+                dumped["gts"].extend(ground_truths(batch))
             if len(samples) < self.config.trainer.log_val_generations:
                 responses = self.tokenizer.batch_decode(batch.batch["responses"], skip_special_tokens=True)
                 samples.extend(zip(prompt_texts, responses, seq_scores))
@@ -67,6 +76,8 @@ class Validation:
         infos.update(
             {k: v + [float("nan")] * (len(scores) - len(v)) for k, v in extra_columns.items() if k != "reward"}
         )
+        if dump_dir:
+            write_generations(dump_dir, step, dumped["inputs"], dumped["outputs"], dumped["gts"], scores, infos)
         metrics = process_validation_metrics(
             np.array(data_sources, dtype=object),
             np.array(input_rows, dtype=object),

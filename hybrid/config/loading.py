@@ -51,9 +51,6 @@ _ENGINES = "hybrid's rollout engines are vllm and hf (transformers' generate); r
 REFUSED_SECTIONS = {
     "reward_model.sandbox_fusion": _SANDBOX,
     "sandbox_fusion": _SANDBOX,
-    "global_profiler.global_tool_config.nsys": (
-        "NVIDIA Nsight profiling is not supported; use global_profiler.tool=torch"
-    ),
     "actor_rollout_ref.rollout.engine_kwargs.sglang": _ENGINES,
     "actor_rollout_ref.rollout.engine_kwargs.trtllm": _ENGINES,
 }
@@ -199,12 +196,18 @@ def normalize_overrides(overrides: Sequence[str], cfg: DictConfig) -> list[str]:
 def rewrite_foreign_overrides(overrides: Sequence[str]) -> tuple[list[str], str | None]:
     """verl keys spelled elsewhere or meaning nothing on this hardware (hybrid/config/foreign_keys.py):
     (the overrides rewritten, the one line naming the keys with no effect here, or None)."""
+    from hybrid.config import verl_keys
     from hybrid.config.foreign_keys import rewrite_overrides
 
+    # verl's newer keys first (hybrid/config/verl_keys.py), then the moved and hardware ones.
+    overrides, verl_note, verl_problems = verl_keys.rewrite_overrides(
+        overrides, config_paths(_cached_default(CONFIG_NAME))[0]
+    )
     rewritten, note, problems = rewrite_overrides(overrides)
-    if problems:
-        raise ConfigError("\n".join(problems))
-    return rewritten, note
+    if problems or verl_problems:
+        raise ConfigError("\n".join(verl_problems + problems))
+    notes = [n for n in (note, verl_note) if n]
+    return rewritten, ("\nhybrid: ".join(notes) if notes else None)  # one line each, as main_ppo prints them
 
 
 def default_config(config_name: str = CONFIG_NAME) -> DictConfig:

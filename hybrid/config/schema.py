@@ -239,6 +239,8 @@ class TrainerConfig:
     use_legacy_worker_impl: Annotated[
         str, Fixed(("auto",), "hybrid has one worker implementation (verl chooses between two)")
     ]
+    rollout_data_dir: str | None  # verl's: each step's generations to <dir>/<step>.jsonl (hybrid/generation_dump.py)
+    validation_data_dir: str | None  # verl's: each validation's generations, the same way
     seed: int
 
     @property

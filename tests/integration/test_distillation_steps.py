@@ -7,6 +7,7 @@ with transformers), and the student moving between the steps."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -39,7 +40,7 @@ def teacher_dir(tmp_path_factory, tokenizer) -> str:
 
 
 def test_the_student_trains_on_the_teachers_per_token_grades(tiny_model_dir, teacher_dir, arithmetic_files, tmp_path):
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     cfg = run_config(
         tiny_model_dir,
@@ -50,14 +51,26 @@ def test_the_student_trains_on_the_teachers_per_token_grades(tiny_model_dir, tea
         f"actor_rollout_ref.ref.model.path={teacher_dir}",
         "trainer.total_training_steps=2",
         "trainer.dump_data_batch=true",
+        f"trainer.rollout_data_dir={tmp_path / 'rollouts'}",  # verl's JSONL dumps (hybrid/generation_dump.py)
+        f"trainer.validation_data_dir={tmp_path / 'val'}",
+        "trainer.val_before_train=true",
     )
     history = train(cfg)["history"]
     assert len(history) == 2
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    (val,) = (json.loads(line) for line in (tmp_path / "val" / "0.jsonl").read_text().splitlines()[:1])
+    assert len((tmp_path / "val" / "0.jsonl").read_text().splitlines()) == 4 and val["step"] == 0
+    assert set(val) >= {"input", "output", "gts", "score", "reward"} and val["score"] == val["reward"]
     student = AutoModelForCausalLM.from_pretrained(tiny_model_dir, torch_dtype=torch.float32)
     teacher = AutoModelForCausalLM.from_pretrained(teacher_dir, torch_dtype=torch.float32)
     for step, metrics in enumerate(history, start=1):
         batch = DataProto.load_from_disk(str(tmp_path / "dumped_data" / f"global_step_{step}_training_input.pt"))
         b = batch.batch
+        # the step's rollout file: the trained batch's texts and summed scores, line by line
+        rows = [json.loads(line) for line in (tmp_path / "rollouts" / f"{step}.jsonl").read_text().splitlines()]
+        assert [r["output"] for r in rows] == tokenizer.batch_decode(b["responses"], skip_special_tokens=True)
+        assert [r["score"] for r in rows] == pytest.approx(b["token_level_scores"].sum(-1).tolist())
+        assert {r["step"] for r in rows} == {step} and all(r["gts"] is not None for r in rows)
         mask = b["response_mask"].float()
         old, ref = b["old_log_probs"], b["ref_log_prob"]
         torch.testing.assert_close(b["token_level_rewards"], -(old - ref) * mask, rtol=0, atol=0)

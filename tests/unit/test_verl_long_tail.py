@@ -401,7 +401,6 @@ def test_step_profiler_writes_a_chrome_trace(tmp_path):
     ("overrides", "reason"),
     [
         (["reward_model.sandbox_fusion.url=http://x", "reward_model.sandbox_fusion.max_concurrent=8"], "no sandbox"),
-        (["global_profiler.global_tool_config.nsys.discrete=True"], "Nsight"),
         (["+actor_rollout_ref.rollout.engine_kwargs.trtllm.batch_wait_timeout_iters=32"], "vllm and hf"),
     ],
 )
