@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from hybrid.core_algos import AdvantageEstimator, get_adv_estimator_fn, masked_whiten
+from hybrid.step_wise import broadcast_last_step_advantages, is_step_wise
 from protocol.data_proto import DataProto
 
 
@@ -164,7 +165,10 @@ def clip_rewards_and_advantages(batch: DataProto, algorithm, metrics: dict) -> N
 
 
 def _advantages(batch: DataProto, algorithm) -> None:
-    compute_advantage(batch, algorithm)
+    if is_step_wise(batch):  # the last turn's advantages on every turn (hybrid/step_wise.py)
+        broadcast_last_step_advantages(batch, lambda last: compute_advantage(last, algorithm))
+    else:
+        compute_advantage(batch, algorithm)
     mask = batch.batch["response_mask"]
     if algorithm.whiten_advantages and mask.sum() > 1:
         # ROLL's agentic whiten_advantages: over the batch's response tokens (unbiased variance), then masked;

@@ -20,6 +20,7 @@ import torch
 
 from hybrid.batch_ops import assign_uids, group_metric_values, kept_group_indices
 from hybrid.config import HybridConfig
+from hybrid.step_wise import drop_trajectories, is_step_wise, join_steps, last_steps
 from protocol.data_proto import DataProto, pad_dataproto_to_divisor
 from workers.rollout.agent_rollout import summarize_agents
 from workers.rollout.multi_turn import summarize as summarize_multi_turn
@@ -71,6 +72,10 @@ class Rollouts:
         """Pad the prompts to the generator's ranks, generate, and drop the padding's samples."""
         padded, pad = pad_dataproto_to_divisor(gen_batch, self.divisor)
         output = self.generator.generate_sequences(padded)
+        if is_step_wise(output):  # a sample per model turn (hybrid/step_wise.py)
+            output = drop_trajectories(output, pad * int(output.meta_info["n"]))
+            # Validation judges each trajectory by its last sample, as SkyRL's evaluate_step_wise.
+            return last_steps(output) if gen_batch.meta_info.get("validate", False) else output
         if pad:
             n = int(output.meta_info.get("n", len(output) // len(padded)))
             output = output[: len(output) - pad * n]
@@ -90,6 +95,7 @@ class Rollouts:
         """`multi_turn/*` and `agent/*` of the whole batch, from its per-sample fields: the
         workers' meta_info holds rank 0's only."""
         output.meta_info.pop("metrics", None)
+        output = last_steps(output) if is_step_wise(output) else output  # per trajectory
         metrics = summarize_multi_turn(output.non_tensor_batch) if self.multi_turn else {}
         return metrics | (summarize_agents(output.non_tensor_batch) if self.agent_loops else {})
 
@@ -145,7 +151,12 @@ class Rollouts:
         # Logged with the step's metrics (a dynamic-sampling step: its last generation batch).
         into.update(self.multi_turn_metrics(gen_out))
         n = int(gen_out.meta_info.get("n", self.config.actor_rollout_ref.rollout.n))
-        batch = batch.repeat(repeat_times=n, interleave=True).union(gen_out)
+        batch = batch.repeat(repeat_times=n, interleave=True)
+        if is_step_wise(gen_out):
+            batch, step_metrics = join_steps(batch, gen_out)
+            into.update(step_metrics)
+        else:
+            batch = batch.union(gen_out)
         with timed("reward", timing):
             scores, extra = self.score(batch, self.reward_fn, into)
         batch.batch["token_level_scores"] = scores

@@ -47,6 +47,7 @@ from hybrid.metrics import (
 from hybrid.roles import build_worker_groups
 from hybrid.rollouts import Rollouts, timed
 from hybrid.run_length import epochs_ran_out, run_steps
+from hybrid.step_wise import is_step_wise, step_wise_mini_batches
 from hybrid.tracking import Tracking
 from hybrid.trainer_state import TrainerState
 from hybrid.validation import Validation
@@ -246,10 +247,15 @@ class PPOTrainer:
         """trainer.pad_mini_batches: the batch the update of `section` (actor or critic) gets, each
         mini-batch padded with zero-mask dummy rows to its data-parallel ranks (hybrid/batch_ops.py);
         `<role>/dummy_rows` counts them."""
-        if not self.config.trainer.pad_mini_batches:
+        if is_step_wise(batch):  # mini-batches of whole prompts, however many turns (hybrid/step_wise.py)
+            padded, dummies = step_wise_mini_batches(
+                batch, section.ppo_mini_batch_size, section.data_parallel_size, section.ulysses_sequence_parallel_size
+            )
+        elif not self.config.trainer.pad_mini_batches:
             return batch
-        mini = section.ppo_mini_batch_size * section.rollout_n
-        padded, dummies = pad_mini_batches(batch, mini, section.data_parallel_size)
+        else:
+            mini = section.ppo_mini_batch_size * section.rollout_n
+            padded, dummies = pad_mini_batches(batch, mini, section.data_parallel_size)
         metrics[f"{role}/dummy_rows"] = float(dummies)
         return padded
 

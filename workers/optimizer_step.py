@@ -31,6 +31,10 @@ from workers.config.batching import MicroBatching
 from workers.device import current_device
 from workers.micro_batch import micro_batches
 
+# meta_info key: rows per optimizer step on a rank for this update, where the driver lays out
+# mini-batches whose size varies by step (step-wise trajectories: hybrid/step_wise.py).
+MINI_BATCH_ROWS = "mini_batch_rows_per_rank"
+
 
 def world_size() -> int:
     return dist.get_world_size() if dist.is_initialized() else 1
@@ -90,9 +94,10 @@ class OptimizerStep:
         sums: dict[str, float] = defaultdict(float)
         grad_norms: list[float] = []
         skipped = 0
+        rows = int(data.meta_info.get(MINI_BATCH_ROWS, plan.samples_per_rank))
         for epoch in range(plan.epochs):
             minis = data.select(batch_keys=keys).make_iterator(
-                mini_batch_size=plan.samples_per_rank,
+                mini_batch_size=rows,
                 epochs=1,
                 seed=plan.seed + epoch,
                 dataloader_kwargs={"shuffle": plan.shuffle},

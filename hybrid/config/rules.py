@@ -11,6 +11,7 @@ from dataclasses import fields, is_dataclass
 from typing import Any
 
 from hybrid.config.rules_async import check_async
+from hybrid.config.rules_step_wise import check_step_wise
 from hybrid.config.schema import HybridConfig
 from hybrid.distillation import check_distillation
 from hybrid.domains import check_judge_domains
@@ -121,6 +122,7 @@ def check_config(config: HybridConfig, problems: Problems, world_size: int | Non
     _check_trainer(config, problems)
     _check_device_switches(config, problems)
     check_async(config, problems)
+    check_step_wise(config, problems)
 
 
 def _world(config: HybridConfig, world_size: int | None) -> tuple[int | None, str]:

@@ -101,17 +101,17 @@ def _greedy_batch(tokenizer, **columns):
 
 
 def _lock_step(engine, batch):
-    from workers.rollout.multi_turn import MultiTurnLoop
+    from workers.rollout.step_wise import loop_for_engine
 
-    engine.multi_turn = MultiTurnLoop.for_engine(engine, None)
+    engine.multi_turn = loop_for_engine(engine, None)
     return engine.generate_sequences(batch)
 
 
 def _agents(engine, batch):
     from workers.rollout.agent_rollout import AgentRollout
-    from workers.rollout.multi_turn import MultiTurnLoop
+    from workers.rollout.step_wise import loop_for_engine
 
-    engine.multi_turn = MultiTurnLoop.for_engine(engine, None)
+    engine.multi_turn = loop_for_engine(engine, None)
     return AgentRollout(engine).generate_sequences(batch)
 
 
@@ -145,6 +145,22 @@ def test_environment_agent_gives_the_lock_step_tokens(fresh, tokenizer):
     assert 1 <= metrics["agent/in_flight/max"] <= len(QUESTIONS)
     assert 0 < metrics["agent/engine_busy_share"] <= 1
     assert metrics["agent/latency_s/p95"] >= metrics["agent/latency_s/p50"] > 0
+
+
+def test_step_wise_agents_give_the_lock_step_samples(fresh, tokenizer):
+    """mode=async with step_wise_trajectories: the agent loops build the lock-step loop's samples
+    (one per model turn, each prompt the history rendered again) token for token."""
+    from workers.rollout.step_wise import STEP_WISE_LAST
+
+    _set(fresh, multi_turn={"step_wise_trajectories": True})
+    batch = _greedy_batch(tokenizer)
+    lock_step = _lock_step(fresh, batch)
+    agents = _agents(fresh, batch)
+    last = lock_step.batch[STEP_WISE_LAST].tolist()
+    turns = [t for t, is_last in zip(lock_step.non_tensor_batch["multi_turn_turns"], last) if is_last]
+    assert len(turns) == len(QUESTIONS) and len(lock_step) == sum(turns) > len(QUESTIONS)
+    _assert_same_rollout(lock_step, agents, fields=("multi_turn_turns", "multi_turn_reward"))
+    assert list(agents.non_tensor_batch["agent_turns"]) == list(lock_step.non_tensor_batch["multi_turn_turns"])
 
 
 def test_single_turn_agent_gives_the_batched_generate_tokens(fresh, tokenizer):

@@ -58,6 +58,7 @@ class MultiTurnConfig:
     env_workers: PositiveInt
     env_step_timeout_s: Annotated[float, Positive()]
     tolerate_env_errors: bool
+    step_wise_trajectories: bool
 
 
 @dataclass(frozen=True)

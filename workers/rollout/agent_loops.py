@@ -50,7 +50,7 @@ class EnvironmentAgentLoop(AgentLoop):
             loop.set_prompt(trajectory, outcome, rows, call.prompts)
         while trajectory.finish is None:
             budget = loop.budget(trajectory)
-            turn = await self.generate(trajectory.prompt_ids + trajectory.response_ids, budget, call)
+            turn = await self.generate(loop.turn_prompt(trajectory), budget, call)
             loop.apply_turn(trajectory, turn, budget, self.decode(turn.token_ids))
             outcome = await rollout.env_call(trajectory, *self._step(trajectory, loop))
             with lock:  # an observation is rendered with the tokenizer

@@ -71,6 +71,7 @@ from workers.rollout.base import (
 )
 from workers.rollout.multi_turn import Trajectory
 from workers.rollout.openai_server import OpenAIEndpoint
+from workers.rollout.step_wise import STEP_WISE_LAST, expand_fields
 from workers.rollout.vllm_params import vllm_sampling_params
 
 AGENT = "actor_rollout_ref.rollout.agent"
@@ -247,6 +248,8 @@ class AgentRollout:
             output = self.multi_turn.assemble(prompts, trajectories, n)
         else:
             output = self._single_turn_output(prompts, trajectories, n)
+        if STEP_WISE_LAST in output.batch.keys():  # a sample per model turn: the trajectory's fields on each
+            fields = expand_fields(fields, output)
         output.non_tensor_batch.update(fields)
         if any(t.reward_loop is not None for t in trajectories):
             scored = np.empty(len(trajectories), dtype=object)

@@ -39,7 +39,7 @@ from workers.rollout.base import (
     repeat_greedy,
     sampling_settings,
 )
-from workers.rollout.multi_turn import MultiTurnLoop
+from workers.rollout.step_wise import loop_for_engine
 
 if TYPE_CHECKING:  # annotations only: the config package imports worker modules
     from workers.config import ModelConfig, RolloutConfig
@@ -134,7 +134,7 @@ class HFRollout:
         self.seed = int(config.seed)
         self.calls = 0
         self.max_model_len = engine_max_model_len(config)
-        self.multi_turn = MultiTurnLoop.for_engine(self, None)
+        self.multi_turn = loop_for_engine(self, None)
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         params = dict(self.model.named_parameters())
@@ -192,7 +192,7 @@ class HFRollout:
 
     @torch.no_grad()
     def generate_sequences(self, prompts: DataProto) -> DataProto:
-        self.multi_turn = MultiTurnLoop.for_engine(self, self.multi_turn)
+        self.multi_turn = loop_for_engine(self, self.multi_turn)
         if self.multi_turn is not None:
             return self.multi_turn.generate_sequences(prompts)
         settings = sampling_settings(self.config, prompts.meta_info)

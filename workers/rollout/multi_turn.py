@@ -156,6 +156,7 @@ class Trajectory:
     versions: list[int] = field(default_factory=list)
     aborted_turns: int = 0  # mode=async: model turns aborted by a weight load and sampled again
     reward_loop: dict | None = None  # mode=async with the reward loop: its scores, as it finished
+    steps: Any = None  # step_wise_trajectories: each turn's prompt and start (workers/rollout/step_wise.py)
 
 
 def template_renders_tool_responses(tokenizer) -> bool:
@@ -260,7 +261,7 @@ class MultiTurnLoop:
 
     def _model_turn(self, live: list[Trajectory], settings) -> None:
         budgets = [self.budget(t) for t in live]
-        turns = self.engine.generate_ids([t.prompt_ids + t.response_ids for t in live], settings, budgets)
+        turns = self.engine.generate_ids([self.turn_prompt(t) for t in live], settings, budgets)
         texts = self.tokenizer.batch_decode([list(turn.token_ids) for turn in turns], skip_special_tokens=True)
         for trajectory, turn, budget, text in zip(live, turns, budgets, texts):
             self.apply_turn(trajectory, turn, budget, text)
@@ -310,6 +311,10 @@ class MultiTurnLoop:
                 )
         if self.budget(trajectory) < 1:
             trajectory.finish = "length"
+
+    def turn_prompt(self, trajectory: Trajectory) -> list[int]:
+        """What the next model turn continues: the prompt, the model's turns and the observations."""
+        return trajectory.prompt_ids + trajectory.response_ids
 
     def budget(self, trajectory: Trajectory) -> int:
         """The next model turn's token budget."""
@@ -402,8 +407,12 @@ class MultiTurnLoop:
             rewards[trajectory.last_model_position] = sum(r for _, r in trajectory.rewards)
         return rewards
 
-    def assemble(self, prompts: DataProto, trajectories: list[Trajectory], n: int) -> DataProto:
-        width, length = prompts.batch["input_ids"].shape[1], int(self.config.response_length)
+    def assemble(
+        self, prompts: DataProto, trajectories: list[Trajectory], n: int, width: int | None = None
+    ) -> DataProto:
+        """The samples; `width`: the prompts' (default the data loader's), rendered prompts left-padded to it."""
+        width = prompts.batch["input_ids"].shape[1] if width is None else width
+        length = int(self.config.response_length)
         pad = self.engine.pad_token_id
         tensors = {
             k: [] for k in ("prompts", "prompt_mask", "responses", "response_mask", "rollout_log_probs", "env_rewards")

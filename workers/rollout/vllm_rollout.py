@@ -44,7 +44,7 @@ from workers.rollout.base import (
     repeat_greedy,
     sampling_settings,
 )
-from workers.rollout.multi_turn import MultiTurnLoop
+from workers.rollout.step_wise import loop_for_engine
 from workers.rollout.vllm_params import vllm_sampling_params
 
 if TYPE_CHECKING:  # annotations only: the config package imports worker modules
@@ -88,7 +88,7 @@ class VLLMRollout:
         self.max_model_len = max_model_len
         # Environment, tool, interaction and agent-loop files are read now: a mistake stops
         # the run before the engine takes its memory.
-        self.multi_turn = MultiTurnLoop.for_engine(self, None)
+        self.multi_turn = loop_for_engine(self, None)
         self.agents = AgentRollout(self) if config.mode == "async" else None
         kwargs = dict(
             model=model_config.path,
@@ -179,7 +179,7 @@ class VLLMRollout:
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         from vllm.inputs import TokensPrompt
 
-        self.multi_turn = MultiTurnLoop.for_engine(self, self.multi_turn)
+        self.multi_turn = loop_for_engine(self, self.multi_turn)
         if self.agents is not None:
             return self.agents.generate_sequences(prompts)
         if self.multi_turn is not None:
