@@ -205,8 +205,6 @@ class RLHFDataset(Dataset):
     """
 
     def __init__(self, data_files, tokenizer, config, processor=None):
-        if processor is not None:
-            raise DataError("multimodal processors are not supported: RLHFDataset takes text prompts only")
         self.data_files = _as_file_list(data_files)
         self.tokenizer = tokenizer
         self.config = config
@@ -225,6 +223,11 @@ class RLHFDataset(Dataset):
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         if self.pad_token_id is None:
             raise DataError("the tokenizer has neither a pad token nor an eos token to pad prompts with")
+        self.vision = None  # a processor: prompts with images (hybrid/multimodal.py)
+        if processor is not None:
+            from hybrid.multimodal import VisionPrompts
+
+            self.vision = VisionPrompts(processor, config, self.pad_token_id, self.chat_kwargs)
 
         self.rows: list[dict] = []
         self.origins: list[tuple[str, int]] = []
@@ -250,12 +253,15 @@ class RLHFDataset(Dataset):
         first one now rather than mid-training."""
         if not (self.filter_overlong_prompts or self.truncation == "error"):
             return
-        lengths = prompt_lengths(
-            self.tokenizer,
-            [(row[self.prompt_key], self._where(i)) for i, row in enumerate(self.rows)],
-            self.chat_kwargs,
-            self.num_workers,
-        )
+        if self.vision is not None:  # image tokens count too: the processor's own lengths
+            lengths = [self.vision.length(row, row[self.prompt_key], self._where(i)) for i, row in enumerate(self.rows)]
+        else:
+            lengths = prompt_lengths(
+                self.tokenizer,
+                [(row[self.prompt_key], self._where(i)) for i, row in enumerate(self.rows)],
+                self.chat_kwargs,
+                self.num_workers,
+            )
         keep = [i for i, n in enumerate(lengths) if n <= self.max_prompt_length]
         if len(keep) == len(lengths):
             return
@@ -285,6 +291,8 @@ class RLHFDataset(Dataset):
         row = dict(self.rows[item])
         prompt = row.pop(self.prompt_key)
         where = self._where(item)
+        if self.vision is not None:
+            return self._vision_item(item, row, prompt, where)
         text = render_prompt(self.tokenizer, prompt, self.chat_kwargs, where)
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
         ids = truncate_ids(ids, self.max_prompt_length, self.truncation, where)
@@ -297,6 +305,15 @@ class RLHFDataset(Dataset):
             row["raw_prompt"] = prompt.tolist() if isinstance(prompt, np.ndarray) else prompt
         if self.return_full_prompt:
             row["full_prompts"] = text
+        return self._with_index(item, row)
+
+    def _vision_item(self, item: int, row: dict, prompt, where: str) -> dict:
+        row.update(self.vision.encode(row, prompt, where))
+        if self.return_raw_chat:
+            row["raw_prompt"] = prompt.tolist() if isinstance(prompt, np.ndarray) else prompt
+        return self._with_index(item, row)
+
+    def _with_index(self, item: int, row: dict) -> dict:
         extra_info = row.get("extra_info")
         index = extra_info.get("index") if isinstance(extra_info, dict) else None
         row["index"] = item if index is None else index

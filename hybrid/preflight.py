@@ -29,6 +29,7 @@ from collections import Counter
 
 from hybrid.env_seeds import is_spec
 from hybrid.errors import InputError
+from hybrid.multimodal import vision_checkpoint_type
 from hybrid.preflight_models import (
     LOAD_ERRORS,
     check_language_model,
@@ -94,6 +95,8 @@ def check_data_files(config, found: Findings) -> dict[tuple[str, str], Counter]:
     custom = data.custom_cls.path
     if custom and not os.path.isfile(os.path.expanduser(custom)):
         found.add(f"data.custom_cls.path: dataset file {shown_path(custom)} not found")
+    # A vision-language policy reads the image column (hybrid/multimodal.py); videos stay refused.
+    images_ok = vision_checkpoint_type(config.actor_rollout_ref.model) is not None
     train_rows = 0
     rows_known = not custom  # a custom dataset class reads its files its own way
     for key, path in _data_files(config):
@@ -106,7 +109,7 @@ def check_data_files(config, found: Findings) -> dict[tuple[str, str], Counter]:
             found.add(f"{key}: data file {shown_path(path)} {what}")
         elif not custom:
             try:
-                rows, counts = _check_rows(full, data)
+                rows, counts = _check_rows(full, data, images_ok)
             except LOAD_ERRORS as err:
                 found.add(f"{key}: {err}")
         if counts is not None:
@@ -150,10 +153,12 @@ def _first_bad(values: list, bad) -> tuple[int, int] | None:
     return (hits[0], len(hits)) if hits else None
 
 
-def _check_rows(path: str, data) -> tuple[int, Counter]:
+def _check_rows(path: str, data, images_ok: bool = False) -> tuple[int, Counter]:
     """Rows of one data file and its data_source counts; ValueError names what is wrong."""
     prompt_key, source_key = data.prompt_key, data.reward_fn_key
     media = {data.image_key: "data.image_key", data.video_key: "data.video_key"}
+    if images_ok:  # a vision-language policy (hybrid/multimodal.py) reads images, not videos
+        media.pop(data.image_key)
     rows, names, values = _read(path, [prompt_key, source_key, "reward_model", "reward_spec", *media])
     if rows == 0:
         raise ValueError(f"data file {path} has no rows")

@@ -154,7 +154,9 @@ def _model_config(path: str | None) -> dict | None:
 def check_language_model(config, found: Findings) -> None:
     """`model.language_model_only` against the checkpoint (workers/language_model.py): true needs
     a multimodal one, a multimodal one needs true; vLLM's own switch needs the policy's."""
+    from hybrid.multimodal import vision_checkpoint_type, vision_problems
     from workers.language_model import language_model_problem
+    from workers.vision import VISION_MODELS
 
     arr = config.actor_rollout_ref
     sections = [("actor_rollout_ref.model", arr.model)]
@@ -162,7 +164,11 @@ def check_language_model(config, found: Findings) -> None:
         sections.append(("critic.model", config.critic.model))
     for section, model in sections:
         model_config = _model_config(model.path)
-        if model_config is not None:
+        vision = vision_checkpoint_type(model) if section == "actor_rollout_ref.model" else None
+        if vision in VISION_MODELS:  # a vision-language policy, trained whole (hybrid/multimodal.py)
+            for problem in vision_problems(config, vision):
+                found.add(problem)
+        elif model_config is not None:
             problem = language_model_problem(
                 f"{section}.language_model_only", shown_path(model.path), model_config, model.language_model_only
             )

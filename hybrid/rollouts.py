@@ -24,6 +24,7 @@ from hybrid.step_wise import drop_trajectories, is_step_wise, join_steps, last_s
 from protocol.data_proto import DataProto, pad_dataproto_to_divisor
 from workers.rollout.agent_rollout import summarize_agents
 from workers.rollout.multi_turn import summarize as summarize_multi_turn
+from workers.vision import MULTI_MODAL_INPUTS
 
 GEN_KEYS = ["input_ids", "attention_mask", "position_ids"]
 
@@ -89,6 +90,8 @@ class Rollouts:
         gen_batch = batch.pop(batch_keys=GEN_KEYS)
         if self.multi_turn or self.agent_loops:
             gen_batch.non_tensor_batch.update(batch.non_tensor_batch)
+        elif MULTI_MODAL_INPUTS in batch.non_tensor_batch:  # the engine generates with the images too
+            gen_batch.non_tensor_batch[MULTI_MODAL_INPUTS] = batch.non_tensor_batch[MULTI_MODAL_INPUTS]
         return gen_batch
 
     def multi_turn_metrics(self, output: DataProto) -> dict[str, float]:

@@ -16,11 +16,12 @@ import torch
 
 from hybrid.domains import DomainError, DomainQuotaSampler, assign_domains, domain_quotas
 from hybrid.interrupts import StopSignals
+from hybrid.multimodal import vision_processor
 from hybrid.trainer import PPOTrainer, as_typed
 from protocol.data_proto import DataProto  # noqa: F401
 
 
-def build_dataloaders(config, tokenizer):
+def build_dataloaders(config, tokenizer, processor=None):
     from hybrid.data import collate_fn, create_rl_dataset
     from hybrid.data_loader import create_dataloader, create_rl_sampler
 
@@ -29,7 +30,7 @@ def build_dataloaders(config, tokenizer):
     if rollout.multi_turn.enable or rollout.mode == "async":
         # Multi-turn and agent loops start each trajectory from the row's chat messages (raw_prompt).
         data = dataclasses.replace(as_typed(config).data, return_raw_chat=True)
-    train_ds = create_rl_dataset(data.train_files, data, tokenizer)
+    train_ds = create_rl_dataset(data.train_files, data, tokenizer, processor)
     sampler = create_rl_sampler(data, train_ds) if not data.domain_quotas else domain_sampler(data, train_ds)
     train_dl = create_dataloader(
         train_ds,
@@ -41,7 +42,7 @@ def build_dataloaders(config, tokenizer):
     )
     val_dl = None
     if data.val_files:
-        val_ds = create_rl_dataset(data.val_files, data, tokenizer)
+        val_ds = create_rl_dataset(data.val_files, data, tokenizer, processor)
         if data.domain_quotas:  # ROLL gives validation rows their domains too; each is scored by its domain's
             _scored_domains(data, assign_domains(val_ds.rows, data.domain_tags, data.default_domain, "validation"))
         val_dl = create_dataloader(
@@ -119,7 +120,9 @@ def run_ppo(config) -> dict:
     # Reward functions load (and fail) before any model does.
     reward_fn = load_reward_manager(config, tokenizer, num_examine=0)
     val_reward_fn = load_reward_manager(config, tokenizer, num_examine=val_num_examine(config))
-    train_dl, val_dl = build_dataloaders(config, tokenizer)
+    # A vision-language policy reads its prompts through the checkpoint's processor (hybrid/multimodal.py).
+    processor = vision_processor(model)
+    train_dl, val_dl = build_dataloaders(config, tokenizer, processor)
     os.makedirs(config.trainer.default_local_dir, exist_ok=True)
     # The engines' own log lines go to files there (workers/engine_logs.py), not the console.
     os.environ[ENGINE_LOG_DIR_ENV] = os.path.abspath(config.trainer.default_local_dir)

@@ -42,6 +42,7 @@ from workers.rollout_correction import (
     rejected_loss_scale,
 )
 from workers.ulysses import SequenceParallel, SequenceSplit
+from workers.vision import MULTI_MODAL_INPUTS, vision_model_inputs
 
 if TYPE_CHECKING:  # annotations only: the config package imports worker modules
     from workers.config import ActorConfig
@@ -87,6 +88,8 @@ class DataParallelPPOActor:
         metric only, without keeping its softmax for the backward pass."""
         responses = micro["responses"]
         inputs, keep, valid = response_inputs(micro, self.use_remove_padding or self.sp is not None, self.share_prompts)
+        if MULTI_MODAL_INPUTS in micro:  # a vision-language batch (workers/vision.py; padded rows only)
+            inputs = vision_model_inputs(inputs, micro[MULTI_MODAL_INPUTS], current_device())
         split = SequenceSplit(inputs, keep, self.sp)  # the whole row without sequence parallelism
         labels = responses if valid is None else split.local(responses[valid])
         if self.chunk_logits:
@@ -121,9 +124,12 @@ class DataParallelPPOActor:
         tensors = data.batch.select(*keys).to(current_device())
         log_probs = torch.zeros(data.batch["responses"].shape, dtype=torch.float32)
         entropy = torch.zeros_like(log_probs) if calculate_entropy else None
+        images = data.non_tensor_batch.get(MULTI_MODAL_INPUTS)
         for idx in micro_batches(data.batch, batching.for_model(self.share_prompts, self.sp), self.world_size):
             index = torch.tensor(idx)
             micro = {k: tensors[k][index] for k in keys}
+            if images is not None:
+                micro[MULTI_MODAL_INPUTS] = images[idx]
             lp, ent = self.forward_micro(micro, temperature, calculate_entropy)
             log_probs[index] = lp.cpu()
             if calculate_entropy:

@@ -42,6 +42,7 @@ from workers.ulysses import (
     own_rows,
     sequence_parallel_group,
 )
+from workers.vision import class_for
 from workers.weight_sync import EngineWeightSync, SharedWeights, collect_full_weights
 
 if TYPE_CHECKING:  # annotations only: the config package imports worker modules
@@ -115,8 +116,11 @@ class ActorRolloutRefWorker(ProfiledWorker, Worker):
         from transformers import AutoModelForCausalLM
 
         model = self.config.model
+        # A vision-language checkpoint loaded whole gets its image-text-to-text class (workers/vision.py).
+        whole = not model.language_model_only
+        model_cls = class_for(path or model.path, model.trust_remote_code) if whole else AutoModelForCausalLM
         return load_hf_model(
-            AutoModelForCausalLM,
+            model_cls,
             path or model.path,
             fsdp_config,
             seed=self.config.rollout.seed,

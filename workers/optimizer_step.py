@@ -30,6 +30,7 @@ from protocol.data_proto import DataProto
 from workers.config.batching import MicroBatching
 from workers.device import current_device
 from workers.micro_batch import micro_batches
+from workers.vision import MULTI_MODAL_INPUTS
 
 # meta_info key: rows per optimizer step on a rank for this update, where the driver lays out
 # mini-batches whose size varies by step (step-wise trajectories: hybrid/step_wise.py).
@@ -119,9 +120,12 @@ class OptimizerStep:
         mask_all = tensors["response_mask"]
         counts = self._counts(mask_all, plan.seq_level)
         self.optimizer.zero_grad(set_to_none=True)
+        images = mini.non_tensor_batch.get(MULTI_MODAL_INPUTS)  # a vision-language batch's (workers/vision.py)
         for idx in micro_batches(mini.batch, plan.micro, self.world_size):
             index = torch.tensor(idx, device=mask_all.device)
             micro = {k: tensors[k][index] for k in keys}
+            if images is not None:
+                micro[MULTI_MODAL_INPUTS] = images[idx]
             mask = micro["response_mask"]
             weight = 1.0 if plan.summed else float(mask.any(-1).sum() if plan.seq_level else mask.sum()) / counts.units
             loss, metrics = micro_loss(micro, weight, counts)

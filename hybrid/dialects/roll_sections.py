@@ -40,6 +40,28 @@ def _infer_lora(value: Any, ctx: Context) -> dict[str, Any]:
     raise Refusal(f"must equal {train} ({given}): the engine serves the adapter actor_train trains")
 
 
+_LORA_KEYS = (f"{ARR}.model.lora_rank", f"{ARR}.model.lora_alpha", f"{ARR}.model.target_modules")
+
+
+def _lora(value: Any, ctx: Context) -> dict[str, Any]:
+    """actor_train's LoRA as ROLL reads it (ModelArguments.__post_init__, model_providers.setup_lora_training)."""
+    target = ctx.get("actor_train.model_args.lora_target", None)
+    if target is None:
+        return {}  # ROLL's LoRA switch is lora_target; a rank alone trains the full model
+    rank = ctx.get("actor_train.model_args.lora_rank", 8)
+    alpha = ctx.get("actor_train.model_args.lora_alpha", None) or rank * 2
+    if isinstance(target, str) and not any(c in target for c in "*$|("):
+        target = [name.strip() for name in target.split(",")]  # not a regex: ROLL splits it at commas
+    if isinstance(target, list):
+        if {"all-embedding", "all-router"} & set(target):
+            raise Refusal("ROLL's all-embedding / all-router targets have no counterpart in hybrid's LoRA", shared=True)
+        if "all-linear" in target:
+            if len(target) > 1:
+                raise Refusal("all-linear together with other module names: give all-linear alone", shared=True)
+            target = "all-linear"
+    return dict(zip(_LORA_KEYS, (rank, alpha, target)))
+
+
 SECTION_RULES: tuple[Rule, ...] = (
     # ---- models
     custom("actor_train.model_args.model_name_or_path", (f"{ARR}.model.path",), _model_path, "same value"),
@@ -80,9 +102,18 @@ SECTION_RULES: tuple[Rule, ...] = (
         f"{ROLLOUT}.dtype",
         {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"},
     ),
-    same("actor_train.model_args.lora_rank", f"{ARR}.model.lora_rank"),
-    same("actor_train.model_args.lora_alpha", f"{ARR}.model.lora_alpha"),
-    same("actor_train.model_args.lora_target", f"{ARR}.model.target_modules"),
+    *(
+        custom(
+            f"actor_train.model_args.{name}",
+            _LORA_KEYS,
+            _lora,
+            "read together: lora_target given -> lora_rank (ROLL's default 8), lora_alpha (null: 2 x rank), "
+            "target_modules (a comma list split into module names, a regex kept whole, all-linear as is); "
+            "lora_target null -> nothing (full fine-tuning)",
+            "ROLL trains LoRA only when lora_target is given (rlvr_pipeline.is_lora_training)",
+        )
+        for name in ("lora_rank", "lora_alpha", "lora_target")
+    ),
     refuse(
         "actor_train.model_args.freeze_module_prefix",
         "hybrid trains every parameter of the policy (no frozen modules; LoRA: model.lora_rank)",

@@ -13,7 +13,7 @@ import pytest
 from hybrid.config import ConfigError
 from hybrid.dialects.roll import DIALECT
 from hybrid.dialects.roll_worker_keys import WORKER_KEY_RULES
-from hybrid.dialects.table import translate
+from hybrid.dialects.table import hydra_value, translate
 
 KEYS = json.loads((Path(__file__).resolve().parents[1] / "data" / "peer_config_keys.json").read_text())["roll"]
 BASE = {"rollout_batch_size": 8, "num_return_sequences_in_group": 4, "prompt_length": 64, "response_length": 48}
@@ -145,3 +145,44 @@ def test_the_agentic_reward_cluster_is_refused():
     agentic = {"custom_envs.SimpleSokoban.env_type": "sokoban", "reward.device_mapping": [0, 1], "reward.name": "r"}
     error = str(pytest.raises(ConfigError, translate, DIALECT, {**BASE, **agentic}).value)
     assert error.count("reward.device_mapping given in an agentic file") == 1
+
+
+@pytest.mark.parametrize(
+    "given, expected",
+    [
+        # ROLL's LoRA switch is lora_target: a rank alone trains the full model
+        ({"actor_train.model_args.lora_rank": 32}, {}),
+        (  # ROLL's LoRA example (rlvr_lora_fsdp2.yaml): the comma list becomes module names
+            {
+                "actor_train.model_args.lora_target": "o_proj,q_proj,k_proj,v_proj",
+                "actor_train.model_args.lora_rank": 32,
+                "actor_train.model_args.lora_alpha": 32,
+            },
+            {"lora_rank": 32, "lora_alpha": 32, "target_modules": ["o_proj", "q_proj", "k_proj", "v_proj"]},
+        ),
+        # alpha null or not given: 2 x rank (ModelArguments.__post_init__); rank not given: ROLL's 8
+        (
+            {"actor_train.model_args.lora_target": "all-linear"},
+            {"lora_rank": 8, "lora_alpha": 16, "target_modules": "all-linear"},
+        ),
+        (
+            {"actor_train.model_args.lora_target": ".*(q|v)_proj", "actor_train.model_args.lora_rank": 4},
+            {"lora_rank": 4, "lora_alpha": 8, "target_modules": ".*(q|v)_proj"},  # a regex is kept whole
+        ),
+    ],
+)
+def test_actor_train_lora_is_read_as_roll_reads_it(given, expected):
+    overrides = translate(DIALECT, {**BASE, **given})
+    written = {
+        o.split("=", 1)[0].rsplit(".", 1)[1]: o.split("=", 1)[1]
+        for o in overrides
+        if ".model.lora" in o or "target_modules" in o
+    }
+    assert written == {key: hydra_value(value) for key, value in expected.items()}
+
+
+def test_roll_lora_targets_without_a_counterpart_are_refused_once():
+    error = _error(
+        {"actor_train.model_args.lora_target": "all-linear,all-embedding", "actor_train.model_args.lora_rank": 8}
+    )
+    assert error.count("ROLL's all-embedding / all-router targets have no counterpart in hybrid's LoRA") == 1

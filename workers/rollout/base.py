@@ -261,7 +261,7 @@ def assemble_rollout(
     prompt_mask = prompt_mask.repeat_interleave(n, dim=0)
     prompt_pos = prompt_position_ids.repeat_interleave(n, dim=0)
     delta = torch.arange(1, response_length + 1, dtype=prompt_pos.dtype).unsqueeze(0)
-    response_pos = prompt_pos[:, -1:] + delta
+    response_pos = prompt_pos[..., -1:] + delta  # (B, R), or (B, 4, R) for multimodal positions (workers/vision.py)
     tensors = {
         "prompts": prompts,
         "responses": responses,

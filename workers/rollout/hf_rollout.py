@@ -40,6 +40,7 @@ from workers.rollout.base import (
     sampling_settings,
 )
 from workers.rollout.step_wise import loop_for_engine
+from workers.vision import MULTI_MODAL_INPUTS, generation_inputs, model_class
 
 if TYPE_CHECKING:  # annotations only: the config package imports worker modules
     from workers.config import ModelConfig, RolloutConfig
@@ -113,6 +114,9 @@ class HFRollout:
 
             # Built once: it preprocesses the whole vocabulary.
             self.stop_criteria = StoppingCriteriaList([StopStringCriteria(tokenizer, list(stop))])
+        # A vision-language checkpoint generates with its vision tower (workers/vision.py).
+        AutoModelForCausalLM = model_class(model_hf_config, AutoModelForCausalLM)  # noqa: N806
+        self.hf_config = model_hf_config
         dtype = _DTYPES[resolve_dtype_name(str(config.dtype))]
         trust_remote_code = bool(model_config.trust_remote_code)
         load_format = engine_load_format(config.load_format)
@@ -158,7 +162,9 @@ class HFRollout:
     def wake_up(self) -> None:
         pass
 
-    def _sample(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, settings: SamplingSettings):
+    def _sample(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, settings: SamplingSettings, images=None
+    ):
         """generate on left-padded prompts: per row the generated ids (cut after a stop
         string), their log-probs, and whether a stop string ended the row."""
         gen_config = hf_generation_config(settings, self.pad_token_id, self.eos_token_ids)
@@ -174,6 +180,7 @@ class HFRollout:
             attention_mask=attention_mask.to(device),
             generation_config=gen_config,
             stopping_criteria=self.stop_criteria,
+            **({} if images is None else generation_inputs(self.hf_config, input_ids, images, device)),
         )
         torch.random.set_rng_state(generator_state)
         prompt_len = input_ids.shape[1]
@@ -198,7 +205,8 @@ class HFRollout:
         settings = sampling_settings(self.config, prompts.meta_info)
         input_ids = prompts.batch["input_ids"]
         attention_mask = prompts.batch["attention_mask"]
-        token_ids, log_probs, _ = self._sample(input_ids, attention_mask, settings)
+        images = prompts.non_tensor_batch.get(MULTI_MODAL_INPUTS)
+        token_ids, log_probs, _ = self._sample(input_ids, attention_mask, settings, images)
         if settings.greedy:
             token_ids, log_probs = repeat_greedy(token_ids, log_probs, settings.n)
         return assemble_rollout(

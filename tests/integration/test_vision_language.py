@@ -1,0 +1,149 @@
+"""One GRPO step of a vision-language policy (a tiny random Qwen2.5-VL, tests/integration/
+vision_helpers.py) through the trainer, in one process, on the Hugging Face engine: prompts
+with an `<image>` and an `images` column (parquet image structs, as verl's geometry3k data),
+the arithmetic rule reward.
+
+Checked against transformers itself: the old log-probs the actor computed for the rollout's
+tokens equal a direct forward of the checkpoint's model given the same images, whose
+multimodal positions transformers computes itself (mm_token_type_ids), not with
+workers/vision.py; the engine (started with random weights, load_format=dummy) generated
+with the actor's weights, vision tower included; the update changed vision and text weights."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+
+from tests.integration.checkpoint_helpers import run_config
+from tests.integration.vision_helpers import build_tiny_qwen25_vl_dir, random_image
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def vl_dir(tmp_path_factory, default_model_dir) -> str:
+    return build_tiny_qwen25_vl_dir(tmp_path_factory.mktemp("qwen25_vl"), default_model_dir)
+
+
+def _png(image) -> bytes:
+    out = io.BytesIO()
+    image.save(out, format="PNG")
+    return out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def image_files(tmp_path_factory):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root = tmp_path_factory.mktemp("vl_data")
+    rows = []
+    for i in range(4):
+        a, b = i + 1, 2 * i + 1
+        size = (16, 24) if i % 2 == 0 else (8, 8)  # 6 image tokens, or 1
+        rows.append(
+            {
+                "data_source": "arithmetic",
+                "prompt": [{"role": "user", "content": f"<image>What is {a} + {b}? Reply with only the number."}],
+                "images": [{"bytes": _png(random_image(*size, seed=i)), "path": None}],
+                "reward_model": {"style": "rule", "ground_truth": str(a + b)},
+                "extra_info": {"index": i},
+            }
+        )
+    files = {}
+    for split in ("train", "val"):
+        files[split] = root / f"{split}.parquet"
+        pq.write_table(pa.Table.from_pylist(rows), files[split])
+    return files
+
+
+def _full(module) -> dict[str, torch.Tensor]:
+    from workers.weight_sync import iter_full_weights
+
+    return {n: t.clone() for n, t in iter_full_weights(module.state_dict(), torch.float32, 1 << 24, False)}
+
+
+def _direct_log_probs(model, data, rows, flat_positions: bool = False) -> torch.Tensor:
+    """Log-probs of each row's response under `model`, one forward per row with its images
+    (`flat_positions`: with 1-D text positions instead of the multimodal ones)."""
+    image_token = model.config.image_token_id
+    out = torch.zeros(data.batch["responses"].shape)
+    for i in rows:
+        ids, mask = data.batch["input_ids"][i : i + 1], data.batch["attention_mask"][i : i + 1]
+        vision = data.non_tensor_batch["multi_modal_inputs"][i]
+        logits = model(
+            input_ids=ids,
+            attention_mask=mask,
+            mm_token_type_ids=(ids == image_token).int(),
+            pixel_values=vision["pixel_values"],
+            image_grid_thw=vision["image_grid_thw"],
+            position_ids=data.batch["position_ids"][i : i + 1, 0] if flat_positions else None,
+        ).logits
+        response = data.batch["responses"][i]
+        steps = logits[0, -len(response) - 1 : -1].log_softmax(-1)
+        out[i] = steps.gather(-1, response.unsqueeze(-1)).squeeze(-1)
+    return out
+
+
+def test_grpo_step_with_images(vl_dir, image_files, tmp_path):
+    from transformers import AutoModelForImageTextToText, AutoTokenizer
+
+    from hybrid.multimodal import vision_processor
+    from hybrid.run import build_dataloaders
+    from hybrid.trainer import PPOTrainer, as_typed
+    from reward.loader import load_reward_manager
+
+    cfg = run_config(
+        vl_dir,
+        image_files,
+        tmp_path / "out",
+        "algorithm.adv_estimator=grpo",
+        "actor_rollout_ref.model.use_remove_padding=false",
+        "actor_rollout_ref.rollout.load_format=dummy",
+        "trainer.total_training_steps=1",
+    )
+    tokenizer = AutoTokenizer.from_pretrained(vl_dir)
+    processor = vision_processor(cfg.actor_rollout_ref.model)
+    train_dl, val_dl = build_dataloaders(cfg, tokenizer, processor)
+    reward_fn = load_reward_manager(cfg, tokenizer, num_examine=0)
+    trainer = PPOTrainer(as_typed(cfg), tokenizer, train_dl, val_dl, reward_fn, reward_fn)
+    seen = []
+    try:
+        trainer.init_workers()
+        worker = trainer.actor_rollout_wg.worker
+        actor = worker.actor
+        compute = actor.compute_log_prob
+
+        def recording(data, *args, **kwargs):
+            log_probs, entropy = compute(data, *args, **kwargs)
+            seen.append((data, log_probs))
+            return log_probs, entropy
+
+        actor.compute_log_prob = recording
+        before = _full(worker.actor_module)
+        assert any(n.startswith("model.visual.") for n in before)
+        trainer.fit()
+        after = _full(worker.actor_module)
+        engine = dict(worker.rollout.model.named_parameters(remove_duplicate=False))
+    finally:
+        trainer.shutdown()
+
+    data, actor_log_probs = seen[0]
+    assert len(data) == 8 and data.batch["position_ids"].shape[1:] == (4, data.batch["input_ids"].shape[1])
+    reference = AutoModelForImageTextToText.from_pretrained(vl_dir, dtype=torch.float32).eval()
+    with torch.no_grad():
+        direct = _direct_log_probs(reference, data, range(len(data)))
+    mask = data.batch["response_mask"].bool()
+    assert mask.sum() > 8
+    torch.testing.assert_close(actor_log_probs[mask], direct[mask], rtol=0, atol=1e-5)
+    with torch.no_grad():  # the positions matter to that check: plain text positions give other log-probs
+        flat = _direct_log_probs(reference, data, range(len(data)), flat_positions=True)
+    assert (flat[mask] - direct[mask]).abs().max() > 1e-4  # ten times the tolerance above
+    # The engine (dummy weights at start) holds the updated actor's weights, vision tower included.
+    for name, tensor in after.items():
+        torch.testing.assert_close(engine[name].detach(), tensor, rtol=0, atol=0, msg=name)
+    changed = {n for n in before if not torch.equal(before[n], after[n])}
+    assert any(n.startswith("model.visual.") for n in changed)
+    assert any(n.startswith("model.language_model.") for n in changed)
