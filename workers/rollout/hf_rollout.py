@@ -162,9 +162,7 @@ class HFRollout:
     def wake_up(self) -> None:
         pass
 
-    def _sample(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, settings: SamplingSettings, images=None
-    ):
+    def _sample(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, settings: SamplingSettings, images=None):
         """generate on left-padded prompts: per row the generated ids (cut after a stop
         string), their log-probs, and whether a stop string ended the row."""
         gen_config = hf_generation_config(settings, self.pad_token_id, self.eos_token_ids)
