@@ -43,6 +43,8 @@ MAX_TURNS = "generator.max_turns"
 ENV_CLASS = "environment.env_class"
 GENERATE = "generator.sampling_params.max_generate_length"
 INPUT = "generator.max_input_length"
+STEP_WISE = "generator.step_wise_trajectories"
+LOSS_REDUCTION = "trainer.algorithm.loss_reduction"
 
 # SkyRL environments (skyrl-gym) that are one response scored by a rule, and the hybrid
 # scorer that does the same; the row's data_source picks it (reward/scorers/__init__.py).
@@ -169,6 +171,16 @@ def _append_eos(value: Any, ctx: Context) -> dict[str, Any]:
     )
 
 
+def _step_wise(value: Any, ctx: Context) -> dict[str, Any]:
+    if not isinstance(value, bool):
+        raise Refusal("true or false")
+    if not value or not episodes(ctx):
+        return {}
+    if ctx.get(LOSS_REDUCTION, None) == "token_mean_legacy":
+        raise Refusal(f"SkyRL refuses {LOSS_REDUCTION}=token_mean_legacy with step-wise training (use token_mean)")
+    return {f"{MULTI_TURN}.step_wise_trajectories": True}
+
+
 def _input_length(value: Any, ctx: Context) -> dict[str, Any]:
     return _budget_keys(ctx) if episodes(ctx) else {"data.max_prompt_length": value}
 
@@ -275,14 +287,21 @@ GENERATOR_RULES = (
         "true accepted (hybrid's behaviour); false refused where SkyRL reads it (multi-turn, conversation "
         "mode, stop strings given)",
     ),
+    custom(
+        STEP_WISE,
+        (f"{MULTI_TURN}.step_wise_trajectories",),
+        _step_wise,
+        "true in multi-turn -> step_wise_trajectories=true; true in single-turn: nothing (a trajectory is one "
+        "turn, one sample either way); false: nothing",
+        "each model turn is a sample: the whole history re-rendered with the chat template before every turn "
+        "(generation and training see that text, e.g. Qwen3's earlier thinking dropped), the turn and its "
+        "observation (masked) as the response, the last turn's outcome advantage on every turn of the "
+        "trajectory, mini-batches of whole prompts however many turns (docs/multi_turn.md)",
+    ),
     refuse(
-        "generator.step_wise_trajectories",
-        "step-wise training (each turn its own sample) has no equivalent: SkyRL re-applies the chat template to the "
-        "whole history before every turn (generation and training see that text, e.g. Qwen3's earlier thinking "
-        "dropped), trains each turn as a sample of its own (prompt: that history; response: the turn and its "
-        "observation, masked) with the last turn's outcome advantage on every turn, and so a batch of a varying "
-        "number of samples per prompt; hybrid continues each trajectory token-in-token-out and trains it as one "
-        "sample, observation tokens masked out, train_batch_size x n samples a step",
+        "generator.merge_stepwise_output",
+        "SkyRL's prefix-aware merging of a trajectory's step-wise samples into one sequence where each turn's prompt "
+        "extends the previous sample: hybrid trains each turn as a sample of its own",
         accept=(False,),
     ),
     custom(

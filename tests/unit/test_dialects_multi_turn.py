@@ -152,6 +152,7 @@ def test_skyrl_text2sql_gets_skyrl_default_db_path_unless_given():
             "generator.batched=true",
         ],
         ["environment.env_class=aime", "generator.batched=false"],
+        ["generator.step_wise_trajectories=true", "generator.merge_stepwise_output=false"],  # one turn, one sample
     ],
 )
 def test_skyrl_single_turn_stays_single_turn(overrides):
@@ -184,7 +185,15 @@ def test_skyrl_single_turn_budgets_are_unchanged():
             ],
             "always closes a model turn that did not end with EOS",
         ),
-        (["generator.step_wise_trajectories=true"], "step-wise training (each turn its own sample) has no equivalent"),
+        (
+            [
+                "generator.max_turns=2",
+                "generator.step_wise_trajectories=true",
+                "trainer.algorithm.loss_reduction=token_mean_legacy",
+            ],
+            "SkyRL refuses trainer.algorithm.loss_reduction=token_mean_legacy with step-wise training",
+        ),
+        (["generator.merge_stepwise_output=true"], "hybrid trains each turn as a sample of its own"),
         (
             ["generator.max_turns=2", "generator.max_input_length=32", "trainer.max_prompt_length=64"],
             "max_input_length 32 is shorter than trainer.max_prompt_length 64",
@@ -246,6 +255,14 @@ def test_skyrl_multi_turn_line_passes_typed_validation():
     assert cfg.data.max_prompt_length == 64 and cfg.data.max_response_length == 160 + 32 - 64
     assert cfg.actor_rollout_ref.rollout.n == 2
     assert cfg.actor_rollout_ref.rollout.mode == "async"  # generator.batched=false
+    assert mt.step_wise_trajectories is False
+
+
+def test_skyrl_step_wise_line_passes_typed_validation():
+    cfg = build_config(translate_argv([*SKYRL_MULTI_TURN_LINE, "generator.step_wise_trajectories=true"]))
+    mt = cfg.actor_rollout_ref.rollout.multi_turn
+    assert mt.enable is True and mt.step_wise_trajectories is True and mt.reward_placement == "turn"
+    assert cfg.actor_rollout_ref.rollout.mode == "async"
 
 
 @needs_skyrl_gym

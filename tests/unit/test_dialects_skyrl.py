@@ -317,7 +317,7 @@ SKYRL_REFUSED = [
     ),
     ("trainer.algorithm.policy_loss_type=my_loss", "PolicyLossRegistry"),
     ("trainer.algorithm.temperature=0.5", "sampling temperature"),
-    ("generator.step_wise_trajectories=true", "step-wise training"),
+    ("generator.merge_stepwise_output=true", "hybrid trains each turn as a sample of its own"),
     ("generator.backend=sglang", "in-process vLLM"),
     ("generator.run_engines_locally=false", "requires generator.inference_engine.external_proxy_url or"),
     ("generator.inference_engine_pipeline_parallel_size=2", "tensor parallelism only"),
@@ -423,7 +423,7 @@ def test_skyrl_documents_at_least_twenty_refused_keys():
     for key in (
         "trainer.placement.colocate_policy_ref",
         "trainer.policy.use_torch_compile",
-        "generator.step_wise_trajectories",
+        "generator.merge_stepwise_output",
         "trainer.policy.megatron_config.*",
     ):
         assert key in keys
