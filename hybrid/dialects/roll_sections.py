@@ -247,17 +247,23 @@ SECTION_RULES: tuple[Rule, ...] = (
     custom("validation.data_args.template", (), _unread_template, "accepted (ROLL's known templates)"),
     ignore("validation.data_args.dataset_dir", "file_name is read as given"),
     ignore("validation.data_args.preprocessing_num_workers", "hybrid tokenises prompts as batches are drawn"),
-    same("validation.data_args.prompt", "data.prompt_key"),
-    same("validation.data_args.messages", "data.prompt_key"),
+    *(
+        ignore(
+            f"validation.data_args.{name}",
+            "ROLL encodes the validation prompts with actor_train's data_args (rlvr_pipeline.py: preprocess_dataset "
+            "of val_dataset with actor_train.data_args), whose prompt / messages column is data.prompt_key here too",
+        )
+        for name in ("prompt", "messages")
+    ),
     same("validation.generating_args.temperature", f"{ROLLOUT}.val_kwargs.temperature"),
     same("validation.generating_args.top_p", f"{ROLLOUT}.val_kwargs.top_p"),
     same("validation.generating_args.top_k", f"{ROLLOUT}.val_kwargs.top_k"),
     same("validation.generating_args.do_sample", f"{ROLLOUT}.val_kwargs.do_sample"),
     same("validation.generating_args.num_return_sequences", f"{ROLLOUT}.val_kwargs.n"),
-    same(
+    ignore(
         "validation.generating_args.max_new_tokens",
-        "data.max_response_length",
-        note="hybrid validates with the training response length",
+        "ROLL replaces it with val_sequence_length - val_prompt_length (RLVRConfig.__post_init__), which must equal "
+        "the training lengths here (hybrid validates with data.max_response_length)",
     ),
     refuse("validation.generating_args.num_beams", "hybrid samples; no beam search", accept=(1,)),
     custom("validation.eval_steps", ("trainer.test_freq", "trainer.val_before_train"), _eval_steps, "as eval_steps"),

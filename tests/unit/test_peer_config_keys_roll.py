@@ -186,3 +186,18 @@ def test_roll_lora_targets_without_a_counterpart_are_refused_once():
         {"actor_train.model_args.lora_target": "all-linear,all-embedding", "actor_train.model_args.lora_rank": 8}
     )
     assert error.count("ROLL's all-embedding / all-router targets have no counterpart in hybrid's LoRA") == 1
+
+
+def test_validation_prompt_column_and_length_are_actor_trains():
+    # ROLL encodes the validation file with actor_train's data_args and replaces validation's
+    # max_new_tokens by val_sequence_length - val_prompt_length: neither validation key is read.
+    given = {
+        "actor_train.data_args.messages": "messages",
+        "validation.data_args.messages": "prompt",
+        "validation.data_args.prompt": "question",
+        "validation.generating_args.max_new_tokens": 100,
+    }
+    overrides = translate(DIALECT, {**BASE, **given})
+    assert "data.prompt_key='messages'" in overrides
+    assert "data.max_response_length=48" in overrides
+    assert translate(DIALECT, {**BASE, "validation.generating_args.max_new_tokens": 100}) == translate(DIALECT, BASE)
