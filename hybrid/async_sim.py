@@ -68,7 +68,11 @@ class SimulatedAsyncTrainer(AsyncPPOTrainer):
             self.reward_loop = RewardLoop(self.config)
         init_ray_if_needed(self.config)
         self.engines.start()
-        if self.engines.initial_version != 0:
+        if self.engines.remote.enabled:
+            # A remote deployment serves whatever weights it holds (the model folder's, or a past
+            # run's pushes): the simulation benchmarks it as it is, those weights named version 0.
+            self.engines.simulate_push(0, 0.0)
+        elif self.engines.initial_version != 0:
             raise RuntimeError(f"simulated training: the engines serve version {self.engines.initial_version}, not 0")
         self.engines.version = 0  # the model folder's weights, as a real run's first push would name them
         self.rollouts.attach(self.groups, generator=self.engines, reward_loop=self.reward_loop)
@@ -99,8 +103,8 @@ class SimulatedAsyncTrainer(AsyncPPOTrainer):
         metrics.update(self.rollouts.take_metrics())
         metrics.update(compute_rollout_data_metrics(batch))
         metrics.update(compute_timing_metrics(batch, timing))
-        # Per engine device: the devices this run has.
-        metrics.update(compute_throughput_metrics(batch, timing, self.config.rollout.devices))
+        # Per engine device: the devices this run has (a remote deployment's: its own).
+        metrics.update(compute_throughput_metrics(batch, timing, self.engines.devices))
         self._idle_shares(metrics, timing)
         return {}  # no validation (refused at start)
 

@@ -34,6 +34,7 @@ class EnginePool:
         self.remote = config.actor_rollout_ref.rollout.remote
         # Remote engines (workers/rollout/remote_engine.py): one client actor per control-plane URL.
         self.count = len(remote_endpoints(self.remote)) if self.remote.enabled else config.rollout.devices // tp
+        self.devices = config.rollout.devices  # remote: the deployment's, known once connected
         self.abort_on_push = bool(config.async_training.partial_rollout)
         self.version = -1  # no weights yet: the engines hold dummy ones (or the model folder's)
         self.engines: list = []
@@ -67,11 +68,14 @@ class EnginePool:
         from workers.rollout.remote_engine import RemoteEngineWorker, check_remote_servers
 
         arr = self.config.actor_rollout_ref
-        check_remote_servers(self.remote, arr.rollout)
+        healths = check_remote_servers(self.remote, arr.rollout)
+        endpoints = remote_endpoints(self.remote)
+        controls = dict.fromkeys(control for control, _ in endpoints)
+        self.devices = sum(int(healths[c]["servers"]) * int(healths[c]["tensor_parallel_size"]) for c in controls)
         client = ray.remote(RemoteEngineWorker).options(num_cpus=0, max_concurrency=1000)
         self.engines = [
             client.remote(arr, engine_index=i, control_url=control, data_url=data)
-            for i, (control, data) in enumerate(remote_endpoints(self.remote))
+            for i, (control, data) in enumerate(endpoints)
         ]
         started = ray.get([engine.init_engine.remote() for engine in self.engines])
         self.initial_version = min(int(info["version"]) for info in started)

@@ -1,5 +1,5 @@
 """A standalone inference deployment: `python -m hybrid.serve key=value ... [--host H] [--port P]
-[--urls-file PATH]` (SkyRL's `-m skyrl.train.entrypoints.serve`; `--dialect skyrl` reads SkyRL's
+[--server-port Q] [--urls-file PATH]` (SkyRL's `-m skyrl.train.entrypoints.serve`; `--dialect skyrl` reads SkyRL's
 keys as main_ppo does).
 
 It starts `rollout.nnodes x rollout.n_gpus_per_node / actor_rollout_ref.rollout.tensor_model_parallel_size`
@@ -37,6 +37,12 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(prog="python -m hybrid.serve", add_help=True)
     parser.add_argument("--host", default="127.0.0.1", help="the address the router and servers listen on")
     parser.add_argument("--port", type=int, default=0, help="the router's port (0: a free one)")
+    parser.add_argument(
+        "--server-port",
+        type=int,
+        default=0,
+        help="server i listens on this port + i (0: free ones), so its URL is known",
+    )
     parser.add_argument("--urls-file", default=None, help="write {proxy_url, server_urls} there as JSON")
     return parser.parse_known_args(argv)
 
@@ -120,8 +126,8 @@ def _child_env(index: int, count: int, tp: int) -> dict[str, str]:
 class Deployment:
     """The engine server processes and the router; `start` returns once all answer."""
 
-    def __init__(self, config, host: str = "127.0.0.1", port: int = 0):
-        self.config, self.host, self.port = config, host, port
+    def __init__(self, config, host: str = "127.0.0.1", port: int = 0, server_port: int = 0):
+        self.config, self.host, self.port, self.server_port = config, host, port, server_port
         self.count = engine_count(config)
         self.processes: list = []
         self.server_urls: list[str] = []
@@ -141,7 +147,9 @@ class Deployment:
             os.environ.update(_child_env(index, self.count, tp))  # a spawned child copies the environment
             try:
                 process = context.Process(
-                    target=run_engine_server, args=(arr, index, self.host, 0, theirs), name=f"engine-server-{index}"
+                    target=run_engine_server,
+                    args=(arr, index, self.host, self.server_port + index if self.server_port else 0, theirs),
+                    name=f"engine-server-{index}",
                 )
                 process.start()
             finally:
@@ -236,7 +244,7 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
     with exit_on_error():
         options, rest = parse_args(sys.argv[1:] if argv is None else argv)
-        deployment = Deployment(serve_config(rest), options.host, options.port)
+        deployment = Deployment(serve_config(rest), options.host, options.port, options.server_port)
         try:
             deployment.start_servers()
             asyncio.run(_serve(deployment, options.urls_file))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -33,10 +34,23 @@ def arithmetic_files(tmp_path_factory):
     return write_arithmetic_parquet(tmp_path_factory.mktemp("arith"), n_train=8, n_val=4, seed=3)
 
 
+def _free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
 @pytest.fixture
 def deployment(tiny_model_dir, tmp_path):
-    """`python -m hybrid.serve` with one engine server; its URLs once it answers."""
+    """`python -m hybrid.serve` with one engine server on ports chosen here, so the trainer can be
+    built while the engine starts; `ready()` waits for the URLs file it writes once it answers."""
     urls_file = tmp_path / "urls.json"
+    router, server = _free_ports(2)
     command = [
         sys.executable,
         "-m",
@@ -46,19 +60,24 @@ def deployment(tiny_model_dir, tmp_path):
         "rollout.n_gpus_per_node=1",
         *ENGINE,
         *LENGTHS,
-        "--urls-file",
-        str(urls_file),
+        f"--port={router}",
+        f"--server-port={server}",
+        f"--urls-file={urls_file}",
     ]
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
     log = open(tmp_path / "serve.log", "w")  # noqa: SIM115 - closed below, after the process
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
-    try:
+
+    def ready() -> dict:
         deadline = time.monotonic() + 120
         while not urls_file.exists():
             if process.poll() is not None or time.monotonic() > deadline:
                 raise AssertionError(f"hybrid.serve did not start:\n{(tmp_path / 'serve.log').read_text()[-3000:]}")
             time.sleep(0.2)
-        yield json.loads(urls_file.read_text())
+        return json.loads(urls_file.read_text())
+
+    try:
+        yield {"proxy_url": f"http://127.0.0.1:{router}", "server_urls": [f"http://127.0.0.1:{server}"], "ready": ready}
     finally:
         process.terminate()
         process.wait(timeout=30)
@@ -66,9 +85,22 @@ def deployment(tiny_model_dir, tmp_path):
 
 
 def test_a_training_step_through_a_remote_deployment_and_the_pushed_weights_on_the_server(
-    tiny_model_dir, arithmetic_files, tmp_path, deployment
+    tiny_model_dir, arithmetic_files, tmp_path, deployment, monkeypatch
 ):
     from transformers import AutoModelForCausalLM
+
+    from hybrid.engines import EnginePool
+
+    # The trainer starts Ray and its worker while the engine starts; it connects once the
+    # deployment has written its URLs (they must be the ones chosen above).
+    connect = EnginePool.start
+
+    def start_when_served(pool):
+        urls = deployment["ready"]()
+        assert urls == {k: deployment[k] for k in ("proxy_url", "server_urls")}
+        connect(pool)
+
+    monkeypatch.setattr(EnginePool, "start", start_when_served)
 
     from hybrid.config import load_config, validate_config
     from protocol.data_proto import DataProto
@@ -115,16 +147,21 @@ def test_a_training_step_through_a_remote_deployment_and_the_pushed_weights_on_t
         first = trainer.engines.generate_sequences(probe)  # the weights pushed after the step
         trainer.engines.push(trainer.actor_rollout_wg, version=7)
         trained = trainer.engines.generate_sequences(probe)
+        trainer.engines.simulate_push(8, 0.0)  # the simulated trainer's push: the same weights as version 8
+        simulated = trainer.engines.generate_sequences(probe)
         (ref,) = trainer.actor_rollout_wg.export_weights("float32")[0]
         with urllib.request.urlopen(f"{deployment['server_urls'][0]}/version") as answer:
             version = json.loads(answer.read())["version"]
-        return {"first": first, "trained": trained, "weights": dict(ray.get(ref)), "version": version}
+        weights = dict(ray.get(ref))
+        return {"first": first, "trained": trained, "simulated": simulated, "weights": weights, "version": version}
 
     out = train(cfg, inspect=inspect)
     assert len(out["history"]) == 1 and out["history"][0]["async/engine_version"] == 0.0
     # The trainer pushed its trained weights after the update (version 1); the extra push is 7.
     assert set(out["first"].non_tensor_batch["policy_version"]) == {1}
-    assert set(out["trained"].non_tensor_batch["policy_version"]) == {7} and out["version"] == 7
+    assert set(out["trained"].non_tensor_batch["policy_version"]) == {7}
+    assert set(out["simulated"].non_tensor_batch["policy_version"]) == {8} and out["version"] == 8
+    assert torch.equal(out["simulated"].batch["responses"], out["trained"].batch["responses"])
 
     initial = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
     trained_model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)

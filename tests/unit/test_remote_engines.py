@@ -79,7 +79,7 @@ def test_a_server_that_does_not_answer_fails_in_one_line_naming_it():
     with pytest.raises(RuntimeError) as err:
         check_remote_servers(arr.rollout.remote, arr.rollout)
     message = str(err.value)
-    assert message.startswith(f"the remote engine server http://127.0.0.1:{port} ({R}.server_urls) does not answer")
+    assert message.startswith(f"{R}.server_urls: the remote engine server http://127.0.0.1:{port} does not answer")
     assert "\n" not in message
 
 
@@ -130,7 +130,10 @@ def test_the_server_samples_as_the_trainer_says_once_its_engine_settings_match()
         "hybrid.serve with the trainer's value"
     )
     message = sampling_mismatch(server, replace(server, response_length=64))
-    assert message.startswith("the trainer's prompt + response need 128 tokens but this server's engine holds 96")
+    assert message.startswith(
+        "actor_rollout_ref.rollout.max_model_len: the trainer's prompt + response need 128 tokens but this server's "
+        "engine holds 96"
+    )
 
 
 def test_weights_travel_as_safetensors_with_tied_tensors_under_both_names():

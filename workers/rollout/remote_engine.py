@@ -66,14 +66,14 @@ def _error_text(body: bytes) -> str:
         return body[:200].decode(errors="replace")
 
 
-def check_remote_servers(remote, rollout) -> list[dict]:
+def check_remote_servers(remote, rollout) -> dict[str, dict]:
     """Every URL of the `remote` section answers, runs `rollout.tensor_model_parallel_size`, and
-    takes the trainer's sampling settings; their health answers, in URL order. Raises
-    RuntimeError with one line naming the URL otherwise."""
+    takes the trainer's sampling settings; their health answers by URL. Raises RuntimeError with
+    one line that starts with the key to change (hybrid/errors.py prints it alone) otherwise."""
     endpoints = remote_endpoints(remote)
     urls = list(dict.fromkeys(url for pair in endpoints for url in pair))
     keys = {remote.proxy_url and remote.proxy_url.rstrip("/"): f"{KEY}.proxy_url"}
-    healths = []
+    healths = {}
     for url in urls:
         key = keys.get(url, f"{KEY}.server_urls")
         try:
@@ -81,11 +81,11 @@ def check_remote_servers(remote, rollout) -> list[dict]:
         except (OSError, urllib.error.URLError) as error:
             reason = getattr(error, "reason", error)
             raise RuntimeError(
-                f"the remote engine server {url} ({key}) does not answer ({reason}): start it with "
-                f"`python -m hybrid.serve ...` or correct {key}"
+                f"{key}: the remote engine server {url} does not answer ({reason}): start it with "
+                f"`python -m hybrid.serve ...` or correct the URL"
             ) from None
         if status != 200:
-            raise RuntimeError(f"the remote engine server {url} ({key}) is not healthy: {_error_text(body)}")
+            raise RuntimeError(f"{key}: the remote engine server {url} is not healthy: {_error_text(body)}")
         health = json.loads(body)
         tp = int(rollout.tensor_model_parallel_size)
         if int(health["tensor_parallel_size"]) != tp:
@@ -93,13 +93,12 @@ def check_remote_servers(remote, rollout) -> list[dict]:
                 f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp} but the remote engine server {url} runs "
                 f"tensor_parallel_size={health['tensor_parallel_size']}: it must match the deployment"
             )
-        healths.append(health)
+        healths[url] = health
     for control in dict.fromkeys(control for control, _ in endpoints):
         status, body = _request(f"{control}/adopt_sampling", pack(rollout), timeout=HEALTH_TIMEOUT_S)
         if status != 200:
-            raise RuntimeError(
-                f"the remote engine server {control} refuses the trainer's rollout settings: {_error_text(body)}"
-            )
+            # The server's reason starts with the key to change (hybrid/errors.py prints it alone).
+            raise RuntimeError(f"{_error_text(body)} (the remote engine server {control})")
     return healths
 
 

@@ -80,8 +80,8 @@ def sampling_mismatch(server_rollout, trainer_rollout) -> str | None:
     need, have = engine_max_model_len(trainer_rollout), engine_max_model_len(server_rollout)
     if need > have:
         return (
-            f"the trainer's prompt + response need {need} tokens but this server's engine holds {have}: start "
-            f"hybrid.serve with its actor_rollout_ref.rollout.max_model_len (or prompt/response lengths) >= {need}"
+            f"actor_rollout_ref.rollout.max_model_len: the trainer's prompt + response need {need} tokens but this "
+            f"server's engine holds {have}: start hybrid.serve with max_model_len (or the lengths) >= {need}"
         )
     return None
 
