@@ -196,6 +196,15 @@ def prompt_lengths(
 # ---- the dataset ------------------------------------------------------------------------
 
 
+def max_samples_indices(total: int, max_samples: int, shuffle: bool, seed: int | None) -> list[int]:
+    """The rows verl's RLHFDataset keeps of `total` for `max_samples`, in its order: with
+    `shuffle`, numpy's `default_rng(seed).choice(total, max_samples, replace=False)`, else the first."""
+    if not shuffle:
+        return list(range(max_samples))
+    rng = np.random.default_rng(*((seed,) if seed is not None else ()))
+    return rng.choice(total, size=max_samples, replace=False).tolist()
+
+
 class RLHFDataset(Dataset):
     """Prompts from one or more parquet/JSON-lines files, tokenized and left padded.
 
@@ -204,7 +213,7 @@ class RLHFDataset(Dataset):
     return_full_prompt, apply_chat_template_kwargs.
     """
 
-    def __init__(self, data_files, tokenizer, config, processor=None):
+    def __init__(self, data_files, tokenizer, config, processor=None, max_samples: int = -1):
         self.data_files = _as_file_list(data_files)
         self.tokenizer = tokenizer
         self.config = config
@@ -242,6 +251,9 @@ class RLHFDataset(Dataset):
                     )
             self.rows.extend(rows)
             self.origins.extend((path, i) for i in range(len(rows)))
+        if 0 < max_samples < len(self.rows):  # verl's data.train_max_samples / val_max_samples
+            keep = max_samples_indices(len(self.rows), max_samples, config.shuffle, config.seed)
+            self.rows, self.origins = [self.rows[i] for i in keep], [self.origins[i] for i in keep]
         self._check_lengths()
 
     def _where(self, item: int) -> str:
@@ -354,7 +366,7 @@ def _load_class(path: str, name: str):
     return cls
 
 
-def create_rl_dataset(data_paths, data_config, tokenizer, processor=None) -> Dataset:
+def create_rl_dataset(data_paths, data_config, tokenizer, processor=None, max_samples: int = -1) -> Dataset:
     """An RLHFDataset, or the user's class from `data.custom_cls.{path,name}` (same arguments).
 
     A user's class gets the `data` section as an OmegaConf DictConfig, as verl's datasets
@@ -362,11 +374,12 @@ def create_rl_dataset(data_paths, data_config, tokenizer, processor=None) -> Dat
     """
     custom = data_config.custom_cls
     if not custom.path:
-        return RLHFDataset(data_files=data_paths, tokenizer=tokenizer, config=data_config, processor=processor)
+        return RLHFDataset(data_paths, tokenizer, data_config, processor=processor, max_samples=max_samples)
     if not custom.name:
         raise ValueError(f"data.custom_cls.path is {custom.path!r} but data.custom_cls.name is not set")
     from omegaconf import OmegaConf
 
     cls = _load_class(custom.path, custom.name)
     verl_view = OmegaConf.create(dataclasses.asdict(data_config))
-    return cls(data_files=data_paths, tokenizer=tokenizer, config=verl_view, processor=processor)
+    extra = {"max_samples": max_samples} if max_samples > 0 else {}  # verl passes it; a class of its kind takes it
+    return cls(data_files=data_paths, tokenizer=tokenizer, config=verl_view, processor=processor, **extra)

@@ -30,7 +30,7 @@ def build_dataloaders(config, tokenizer, processor=None):
     if rollout.multi_turn.enable or rollout.mode == "async":
         # Multi-turn and agent loops start each trajectory from the row's chat messages (raw_prompt).
         data = dataclasses.replace(as_typed(config).data, return_raw_chat=True)
-    train_ds = create_rl_dataset(data.train_files, data, tokenizer, processor)
+    train_ds = create_rl_dataset(data.train_files, data, tokenizer, processor, data.train_max_samples)
     sampler = create_rl_sampler(data, train_ds) if not data.domain_quotas else domain_sampler(data, train_ds)
     train_dl = create_dataloader(
         train_ds,
@@ -42,7 +42,7 @@ def build_dataloaders(config, tokenizer, processor=None):
     )
     val_dl = None
     if data.val_files:
-        val_ds = create_rl_dataset(data.val_files, data, tokenizer, processor)
+        val_ds = create_rl_dataset(data.val_files, data, tokenizer, processor, data.val_max_samples)
         if data.domain_quotas:  # ROLL gives validation rows their domains too; each is scored by its domain's
             _scored_domains(data, assign_domains(val_ds.rows, data.domain_tags, data.default_domain, "validation"))
         val_dl = create_dataloader(

@@ -126,7 +126,11 @@ def build_lr_scheduler(optimizer, optim_config: OptimConfig, total_steps: int):
     min_lr_ratio = float(optim_config.min_lr_ratio)
     if style == "cosine":
         return get_cosine_with_min_lr_schedule_with_warmup(
-            optimizer, num_warmup_steps=warmup, num_training_steps=total_steps, min_lr_rate=min_lr_ratio
+            optimizer,
+            num_warmup_steps=warmup,
+            num_training_steps=total_steps,
+            num_cycles=float(optim_config.num_cycles),
+            min_lr_rate=min_lr_ratio,
         )
     if style == "constant":
         return get_scheduler("constant_with_warmup", optimizer, num_warmup_steps=warmup)

@@ -116,6 +116,9 @@ class DataConfig:
     default_domain: str | None
     domain_scorers: dict[str, Any]
     domain_scorer_kwargs: dict[str, Any]
+    # verl's: > 0 keeps that many rows of the files (data.shuffle: drawn with data.seed); hybrid/data.py
+    train_max_samples: int
+    val_max_samples: int
 
     def check(self, problems: Problems) -> None:
         # data.domain_* rules: hybrid/domains.py check_judge_domains (they read reward_model.judge too).

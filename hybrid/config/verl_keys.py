@@ -181,11 +181,6 @@ DEFAULT_ONLY: dict[str, tuple[tuple[Any, ...], str]] = {
         (False,),
         "every step generates; verl's replay of rollouts cached in skip_dump_dir is not implemented",
     ),
-    f"{ARR}.rollout.multi_turn.max_parallel_calls": (
-        (),
-        "hybrid runs every tool call of a turn (reward/environments/tools.py), where verl runs the first "
-        "max_parallel_calls (default 1): remove the key",
-    ),
     f"{ARR}.rollout.multi_turn.num_repeat_rollouts": ((None,), "verl's SGLang multi-turn option; not here"),
     f"{ARR}.rollout.multi_turn.tokenization_sanity_check_mode": (
         ("strict",),
@@ -257,8 +252,6 @@ DEFAULT_ONLY: dict[str, tuple[tuple[Any, ...], str]] = {
         ("${oc.select:actor_rollout_ref.rollout.multi_turn.tool_config_path, null}", None),
         f"hybrid reads tools from {ARR}.rollout.multi_turn.tool_config_path; set that key",
     ),
-    "data.train_max_samples": ((-1,), "hybrid trains on every row of data.train_files; cut the file instead"),
-    "data.val_max_samples": ((-1,), "hybrid validates on every row of data.val_files; cut the file instead"),
     "trainer.del_local_ckpt_after_load": ((False,), "hybrid keeps the checkpoint it resumed from"),
     "transfer_queue.enable": (
         (False,),
@@ -278,7 +271,6 @@ for _role in (f"{ARR}.actor", f"{ARR}.ref"):
 for _role in ROLES:
     DEFAULT_ONLY[f"{_role}.fsdp_config.model_dtype"] = (("fp32", "float32"), _FP32)
 for _section in (f"{ARR}.actor.optim", "critic.optim"):
-    DEFAULT_ONLY[f"{_section}.num_cycles"] = ((0.5,), "hybrid's cosine schedule is half a cycle (verl's default)")
     DEFAULT_ONLY[f"{_section}.optimizer"] = (("AdamW",), _OPTIM)
     DEFAULT_ONLY[f"{_section}.optimizer_impl"] = (("torch.optim",), _OPTIM)
     DEFAULT_ONLY[f"{_section}.override_optimizer_config"] = ((None, {}), _OPTIM)

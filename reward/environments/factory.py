@@ -116,6 +116,7 @@ class EnvFactory:
                 int(self.config.max_tool_response_length),
                 self.config.tool_response_truncate_side,
                 self.tool_role,
+                self.config.max_parallel_calls,
             )
         if inner is None:
             raise ValueError(

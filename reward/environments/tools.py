@@ -161,10 +161,18 @@ class ToolEnv(BaseTextEnv):
     """Answers the model's tool calls; other turns go to `inner` (or end the episode)."""
 
     def __init__(
-        self, tools: Mapping[str, Tool], inner, extras, max_response_chars: int, truncate_side: str, tool_role: bool
+        self,
+        tools: Mapping[str, Tool],
+        inner,
+        extras,
+        max_response_chars: int,
+        truncate_side: str,
+        tool_role: bool,
+        max_calls: int | None = None,
     ):
         super().__init__(None, extras)
         self.tools, self.inner = tools, inner
+        self.max_calls = max_calls  # verl's multi_turn.max_parallel_calls: a turn's first calls run, the rest not
         self.max_response_chars, self.truncate_side, self.tool_role = max_response_chars, truncate_side, tool_role
         self.instance_ids: dict[str, str] = {}
         self.counts = {"tool_calls": 0, "tool_errors": 0, "tool_timeouts": 0}
@@ -214,6 +222,7 @@ class ToolEnv(BaseTextEnv):
                 return self.inner.step(action)
             return {"observations": [], "reward": 0.0, "done": True, "metadata": {}}
         self.turns += 1
+        calls = calls if self.max_calls is None else calls[: self.max_calls]
         answers, reward = [], 0.0
         for tool_call in calls:
             text, tool_reward = self._run(tool_call)

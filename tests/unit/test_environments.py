@@ -55,6 +55,7 @@ def multi_turn(**overrides):
         env_workers=4,
         env_step_timeout_s=30.0,
         tolerate_env_errors=False,
+        max_parallel_calls=None,
     )
     values.update(overrides)
     return SimpleNamespace(**values)
@@ -316,6 +317,19 @@ def test_tool_env_answers_calls_and_cuts_off_a_hanging_tool(tool_config):
     assert env.step("The answer is 3.") == {"observations": [], "reward": 0.0, "done": True, "metadata": {}}
     env.close()
     assert len(tools["add"].instance.released) == 1
+
+
+def test_max_parallel_calls_runs_the_first_calls_of_a_turn_only(tool_config):
+    # verl's multi_turn.max_parallel_calls (tool_agent_loop.py: tool_calls[: max_parallel_calls])
+    factory = EnvFactory(multi_turn(tool_config_path=tool_config, max_parallel_calls=1), tool_role=True)
+    env = factory.make(ROW)
+    env.init([{"role": "user", "content": "q"}])
+    out = env.step(
+        '<tool_call>{"name": "python", "arguments": {"code": "6 * 7"}}</tool_call>'
+        '<tool_call>{"name": "python", "arguments": {"code": "1 + 1"}}</tool_call>'
+    )
+    assert out["observations"] == [{"role": "tool", "content": "42"}]
+    assert env.get_metrics()["tool_calls"] == 1
 
 
 def test_tool_env_hands_turns_without_calls_to_the_inner_environment(tool_config):

@@ -18,15 +18,13 @@ from hybrid.main_ppo import prepare_command_line
 
 ARR = "actor_rollout_ref"
 VERL = json.loads((Path(__file__).parents[1] / "data" / "peer_config_keys.json").read_text())["verl"]["ppo_trainer"]
-# verl's defaults refused with the reason: sections of engines and services hybrid lacks, and a
-# tool-call limit whose default (1) differs from what hybrid does (every call of a turn).
+# verl's defaults refused with the reason: sections of engines and services hybrid lacks.
 REFUSED_AT_DEFAULT = {
     f"{ARR}.rollout.engine_kwargs.sglang": "vllm and hf",
     f"{ARR}.rollout.engine_kwargs.trtllm": "vllm and hf",
     "reward_model.sandbox_fusion.url": "no sandbox",
     "reward_model.sandbox_fusion.max_concurrent": "no sandbox",
     "reward_model.sandbox_fusion.memory_limit_mb": "no sandbox",
-    f"{ARR}.rollout.multi_turn.max_parallel_calls": "runs every tool call of a turn",
 }
 
 
@@ -79,9 +77,9 @@ def test_the_rest_are_refused_at_start_with_the_reason(key, reason):
             f"{ARR}.rollout.over_sample_rate=0.1: hybrid waits for every training response",
         ),
         (f"{ARR}.actor.router_replay.mode=R3", f"{ARR}.actor.router_replay.mode=R3: MoE router replay"),
-        ("data.train_max_samples=100", "data.train_max_samples=100: hybrid trains on every row of data.train_files"),
+        (f"{ARR}.model.mtp.enable=True", f"{ARR}.model.mtp.enable=True: multi-token prediction"),
         ("transfer_queue.enable=True", "transfer_queue.enable=True: verl's TransferQueue data plane"),
-        ("critic.optim.num_cycles=2", "critic.optim.num_cycles=2: hybrid's cosine schedule is half a cycle"),
+        ("ray_kwargs.ray_init.num_cpus=8", "ray_kwargs.ray_init.num_cpus=8: hybrid sizes Ray's CPU slots itself"),
         (f"{ARR}.actor.fsdp_config.dtype=float16", "no fp16 loss scaling"),
     ],
 )
@@ -199,3 +197,44 @@ def test_rollout_generations_are_written_as_verl_writes_them(tmp_path, tokenizer
         "reward": 0.0,
         "acc": 1,
     }
+
+
+def test_max_samples_keep_verls_rows(tmp_path, tokenizer):
+    import numpy as np
+
+    from hybrid.data import create_rl_dataset
+
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps({"prompt": f"row {i}", "data_source": "x"}) + "\n" for i in range(10)))
+    data = build_config(["data.shuffle=false", "data.train_max_samples=3"]).data
+    assert [r["prompt"] for r in create_rl_dataset(str(path), data, tokenizer, None, 3).rows] == [
+        "row 0",
+        "row 1",
+        "row 2",
+    ]
+    data = build_config(["data.seed=5", "data.val_max_samples=4"]).data  # data.shuffle=true: verl's numpy draw
+    expected = np.random.default_rng(5).choice(10, size=4, replace=False).tolist()
+    ds = create_rl_dataset(str(path), data, tokenizer, None, data.val_max_samples)
+    assert [r["prompt"] for r in ds.rows] == [f"row {i}" for i in expected] and len(set(expected)) == 4
+    assert len(create_rl_dataset(str(path), data, tokenizer, None, 20)) == 10  # more than the rows: all
+
+
+def test_num_cycles_shapes_the_cosine_schedule():
+    import torch
+
+    from workers.fsdp_utils import build_lr_scheduler
+
+    optim = build_config(
+        [f"{ARR}.actor.optim.warmup_style=cosine", f"{ARR}.actor.optim.num_cycles=1.0", f"{ARR}.actor.optim.lr=1.0"]
+    ).actor_rollout_ref.actor.optim
+    assert optim.num_cycles == 1.0
+    param = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.SGD([param], lr=1.0)
+    scheduler = build_lr_scheduler(optimizer, optim, total_steps=8)
+    lrs = []
+    for _ in range(8):
+        lrs.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    # one whole period: lr = 0.5 * (1 + cos(2 pi t / 8)) -> 1, 0.854, 0.5, 0.146, 0, 0.146, 0.5, 0.854
+    assert lrs == pytest.approx([1.0, 0.853553, 0.5, 0.146447, 0.0, 0.146447, 0.5, 0.853553], abs=1e-6)

@@ -51,6 +51,7 @@ class OptimConfig:
     lr_warmup_steps: int
     lr_warmup_steps_ratio: Annotated[float, Fraction()]
     min_lr_ratio: Annotated[float, Fraction()]
+    num_cycles: Annotated[float, NonNegative()]  # verl's: cosine periods over the run (0.5: down once)
     warmup_style: Annotated[str, OneOf(lambda: ("constant", "cosine", "linear"))]
     lr_scheduler_type: Annotated[str | None, OneOf(lambda: ("constant", "cosine", "linear"))]
     total_training_steps: int

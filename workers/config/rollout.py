@@ -48,6 +48,7 @@ class MultiTurnConfig:
     max_tokens_per_turn: OptionalPositiveInt
     interaction_config_path: str | None
     tool_config_path: str | None
+    max_parallel_calls: OptionalPositiveInt  # verl's: the first N tool calls of a turn run (null: all)
     max_tool_response_length: PositiveInt
     tool_response_truncate_side: Annotated[str, OneOf(lambda: ("left", "middle", "right"))]
     format: Annotated[str, OneOf(lambda: ("hermes",))]
