@@ -29,6 +29,7 @@ from workers.actor import DataParallelPPOActor
 from workers.base import Worker
 from workers.checkpoint import FSDPCheckpointer
 from workers.flops import update_mfu
+from workers.freeze import freeze
 from workers.fsdp_utils import build_lr_scheduler, build_optimizer, offload_params, on_device
 from workers.lora import is_peft_model, merged_state
 from workers.model_loading import load_hf_model, load_tokenizer, model_path_in_shm
@@ -148,7 +149,9 @@ class ActorRolloutRefWorker(ProfiledWorker, Worker):
         )
         optimizer = scheduler = None
         if trainable:
-            # Only what trains: under LoRA the frozen base weights get no optimizer state.
+            # verl's freeze_vision_tower, ROLL's freeze_module_prefix (workers/freeze.py).
+            freeze(self.actor_module, actor.freeze_vision_tower, actor.freeze_module_prefix, self.is_lora)
+            # Only what trains: under LoRA (or frozen modules) the frozen weights get no optimizer state.
             optimizer = build_optimizer([p for p in self.actor_module.parameters() if p.requires_grad], actor.optim)
             scheduler = build_lr_scheduler(optimizer, actor.optim, actor.optim.total_training_steps)
         self.actor = DataParallelPPOActor(

@@ -40,6 +40,14 @@ def _infer_lora(value: Any, ctx: Context) -> dict[str, Any]:
     raise Refusal(f"must equal {train} ({given}): the engine serves the adapter actor_train trains")
 
 
+def _freeze(value: Any, ctx: Context) -> dict[str, Any]:
+    """ROLL freezes by prefix only without LoRA (model_providers.load_model: lora_target None)."""
+    if value is None or ctx.get("actor_train.model_args.lora_target", None) is not None:
+        return {}
+    prefixes = value.split(",") if isinstance(value, str) else list(value)
+    return {f"{ARR}.actor.freeze_module_prefix": [p.strip() for p in prefixes if p.strip()]}
+
+
 _LORA_KEYS = (f"{ARR}.model.lora_rank", f"{ARR}.model.lora_alpha", f"{ARR}.model.target_modules")
 
 
@@ -114,10 +122,14 @@ SECTION_RULES: tuple[Rule, ...] = (
         )
         for name in ("lora_rank", "lora_alpha", "lora_target")
     ),
-    refuse(
+    custom(
         "actor_train.model_args.freeze_module_prefix",
-        "hybrid trains every parameter of the policy (no frozen modules; LoRA: model.lora_rank)",
-        accept=(None,),
+        (f"{ARR}.actor.freeze_module_prefix",),
+        _freeze,
+        "the prefixes (a comma string as ROLL splits it) -> actor.freeze_module_prefix (workers/freeze.py); "
+        "nothing with lora_target given",
+        "ROLL's model_providers.freeze_model: parameters whose names start with a prefix get no gradient; with "
+        "LoRA (lora_target) ROLL never reads it",
     ),
     refuse("actor_train.model_args.lora_dropout", "hybrid's LoRA has no dropout key", accept=(None, 0, 0.0)),
     *(

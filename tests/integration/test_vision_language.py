@@ -87,8 +87,9 @@ def _direct_log_probs(model, data, rows, flat_positions: bool = False) -> torch.
     return out
 
 
-def test_grpo_step_with_images(vl_dir, image_files, tmp_path):
-    from transformers import AutoModelForImageTextToText, AutoTokenizer
+def _trainer(vl_dir, image_files, out, *extra):
+    """A one-step GRPO run of the tiny VLM on the HF engine, built as hybrid.run builds it."""
+    from transformers import AutoTokenizer
 
     from hybrid.multimodal import vision_processor
     from hybrid.run import build_dataloaders
@@ -98,17 +99,24 @@ def test_grpo_step_with_images(vl_dir, image_files, tmp_path):
     cfg = run_config(
         vl_dir,
         image_files,
-        tmp_path / "out",
+        out,
         "algorithm.adv_estimator=grpo",
         "actor_rollout_ref.model.use_remove_padding=false",
         "actor_rollout_ref.rollout.load_format=dummy",
         "trainer.total_training_steps=1",
+        *extra,
     )
     tokenizer = AutoTokenizer.from_pretrained(vl_dir)
     processor = vision_processor(cfg.actor_rollout_ref.model)
     train_dl, val_dl = build_dataloaders(cfg, tokenizer, processor)
     reward_fn = load_reward_manager(cfg, tokenizer, num_examine=0)
-    trainer = PPOTrainer(as_typed(cfg), tokenizer, train_dl, val_dl, reward_fn, reward_fn)
+    return PPOTrainer(as_typed(cfg), tokenizer, train_dl, val_dl, reward_fn, reward_fn)
+
+
+def test_grpo_step_with_images(vl_dir, image_files, tmp_path):
+    from transformers import AutoModelForImageTextToText
+
+    trainer = _trainer(vl_dir, image_files, tmp_path / "out")
     seen = []
     try:
         trainer.init_workers()
@@ -146,4 +154,29 @@ def test_grpo_step_with_images(vl_dir, image_files, tmp_path):
         torch.testing.assert_close(engine[name].detach(), tensor, rtol=0, atol=0, msg=name)
     changed = {n for n in before if not torch.equal(before[n], after[n])}
     assert any(n.startswith("model.visual.") for n in changed)
+    assert any(n.startswith("model.language_model.") for n in changed)
+
+
+def test_frozen_vision_tower(vl_dir, image_files, tmp_path):
+    """ROLL's qwen2_5-vl example's actor_train.model_args.freeze_module_prefix=model.visual (hybrid:
+    actor.freeze_module_prefix): the vision tower keeps its weights and has no optimizer state,
+    the language model trains."""
+    trainer = _trainer(
+        vl_dir, image_files, tmp_path / "out", "actor_rollout_ref.actor.freeze_module_prefix=model.visual"
+    )
+    try:
+        trainer.init_workers()
+        worker = trainer.actor_rollout_wg.worker
+        before = _full(worker.actor_module)
+        trainer.fit()
+        after = _full(worker.actor_module)
+        optimized = {id(p) for group in worker.actor.optimizer.param_groups for p in group["params"]}
+        named = dict(worker.actor_module.named_parameters())
+    finally:
+        trainer.shutdown()
+    visual = [n for n in named if n.startswith("model.visual.")]
+    assert visual and not any(id(named[n]) in optimized for n in visual)
+    assert len(optimized) == len(named) - len(visual)
+    changed = {n for n in before if not torch.equal(before[n], after[n])}
+    assert not any(n.startswith("model.visual.") for n in changed)
     assert any(n.startswith("model.language_model.") for n in changed)

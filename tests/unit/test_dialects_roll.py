@@ -444,7 +444,6 @@ def test_roll_documents_at_least_ten_refused_keys():
             "runs the critic in the training group, on actor_train's devices; give it actor_train's device_mapping",
         ),
         ("pretrain: /a\nreference:\n  model_args:\n    model_name_or_path: /b\n", "initial policy"),
-        ("actor_train:\n  model_args:\n    freeze_module_prefix: model.visual\n", "no frozen modules"),
         (
             "actor_infer:\n  strategy_args:\n    strategy_name: vllm\n    strategy_config:\n      VLLM_USE_V1: 0\n",
             "hybrid's vLLM engine is V1",
@@ -455,6 +454,14 @@ def test_roll_documents_at_least_ten_refused_keys():
 )
 def test_roll_transform_refusals(tmp_path, yaml_text, reason):
     assert reason in roll_error(tmp_path, yaml_text)
+
+
+def test_roll_freeze_module_prefix(tmp_path):
+    """ROLL splits the prefixes at commas and freezes by them only without LoRA (lora_target)."""
+    text = "actor_train:\n  model_args:\n    freeze_module_prefix: model.visual, lm_head\n"
+    assert roll(tmp_path, text)["actor_rollout_ref.actor.freeze_module_prefix"] == ["model.visual", "lm_head"]
+    lora = roll(tmp_path, text + "    lora_target: q_proj\n")
+    assert "actor_rollout_ref.actor.freeze_module_prefix" not in lora
 
 
 def test_roll_tracker_keys_that_the_tracker_in_use_does_not_read(tmp_path, monkeypatch):

@@ -130,7 +130,6 @@ def test_verl_reward_loop_script_keys_compose():
         ("async_training.checkpoint_engine.device_buffer_size_M=2048", "not by verl's bucketed NCCL broadcast"),
         ("async_training.checkpoint_engine.enable=false", "through Ray's object store in one piece"),
         ("async_training.use_trainer_do_validate=true", "validates on the rollout engines"),
-        (f"{ARR}.actor.freeze_vision_tower=True", "text-only models"),
         ("algorithm.use_pf_ppo=True", "verl applies it with gae only"),
         (f"{ARR}.ref.ulysses_sequence_parallel_size=2", "set them equal"),
         (f"trainer.n_gpus_per_node=3 {ARR}.actor.ulysses_sequence_parallel_size=2", "does not divide world size 3"),

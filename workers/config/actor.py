@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from protocol.config_schema import (
     Annotated,
     AtLeast,
-    Fixed,
     NonNegative,
     OneOf,
     OptionalPositiveInt,
@@ -79,7 +78,8 @@ class ActorConfig:
     skip_old_log_prob_on_policy: bool
     entropy_from_logits_with_chunking: bool  # both values: entropy is always chunked
     entropy_checkpointing: bool  # true needs the fused output layer (model.use_fused_kernels not false)
-    freeze_vision_tower: Annotated[bool, Fixed((False,), "hybrid trains text-only models, which have no vision tower")]
+    freeze_vision_tower: bool  # the vision tower keeps its weights (workers/freeze.py)
+    freeze_module_prefix: str | tuple[str, ...] | None  # parameters named so keep their weights (ROLL's key)
     use_prefix_grouper: bool | None  # null: on when rollout.n > 1 and rows are packed (workers/shared_prefix.py)
     ulysses_sequence_parallel_size: PositiveInt  # ranks that split each sequence (workers/ulysses.py)
     optim: ActorOptimConfig
