@@ -209,6 +209,14 @@ def _config_container(config: Any) -> Any:
     return config
 
 
+def _wandb_tags(config: Any) -> list[str] | None:
+    """The run's `trainer.wandb_tags` (the trainer logs its whole config as a dict; the SFT
+    trainer's config has no such key)."""
+    trainer = config.get("trainer") if isinstance(config, dict) else None
+    tags = trainer.get("wandb_tags") if isinstance(trainer, dict) else None
+    return [str(tag) for tag in tags] if tags else None
+
+
 class _WandbBackend:
     def __init__(self, project_name: str, experiment_name: str, config: Any, local_dir: str | os.PathLike):
         try:
@@ -217,6 +225,9 @@ class _WandbBackend:
             raise _missing_package("wandb", "wandb", e) from e
         self.wandb = wandb
         kwargs: dict[str, Any] = {"project": project_name, "name": experiment_name, "config": _config_container(config)}
+        tags = _wandb_tags(kwargs["config"])
+        if tags:
+            kwargs["tags"] = tags
         # WANDB_MODE (e.g. offline) and WANDB_DIR are read by wandb itself; only choose a
         # directory when the user did not.
         if not os.environ.get("WANDB_DIR"):

@@ -213,6 +213,7 @@ class TrainerConfig:
     project_name: str
     experiment_name: str
     logger: Loggers
+    wandb_tags: tuple[str, ...] | None  # SkyRL's trainer.tags: the W&B run's tags
     log_val_generations: Annotated[int, NonNegative()]
     nnodes: PositiveInt
     n_gpus_per_node: PositiveInt

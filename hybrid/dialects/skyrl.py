@@ -47,8 +47,10 @@ from hybrid.dialects.skyrl_convert import (
 )
 from hybrid.dialects.skyrl_language_model import LANGUAGE_MODEL_RULES
 from hybrid.dialects.skyrl_multi_turn import ENVIRONMENT_RULES, GENERATOR_RULES
+from hybrid.dialects.skyrl_profiler import PROFILER_RULES
 from hybrid.dialects.skyrl_remote import REMOTE_RULES
 from hybrid.dialects.skyrl_trainer import TRAINER_RULES
+from hybrid.dialects.skyrl_tuning import TUNING_RULES
 from hybrid.dialects.table import Dialect, Refusal, choice, custom, ignore, refuse, same, translate, via
 
 # SkyRL defaults that a rule reads when a key it depends on is not given and hybrid has no
@@ -136,6 +138,8 @@ _REMOTE_PUSH = "a remote deployment (external_proxy_url / external_server_urls) 
 RULES = (
     *TRAINER_RULES,
     *ALGORITHM_RULES,
+    *TUNING_RULES,
+    *PROFILER_RULES,
     # ---- generator
     same("generator.n_samples_per_prompt", f"{ROLLOUT}.n"),
     *GENERATOR_RULES,
@@ -313,10 +317,10 @@ RULES = (
         lambda v, c: v,
         "same value",
     ),
-    refuse(
+    ignore(
         "generator.inference_engine.enable_ray_prometheus_stats",
-        "no engine metrics export in hybrid",
-        accept=(False,),
+        "SkyRL's export of the engines' metrics to Ray's Prometheus endpoint (a monitor; hybrid has none): "
+        "nothing sampled or trained changes",
     ),
     free_form("generator.inference_engine.engine_init_kwargs.*", f"{ROLLOUT}.engine_kwargs.vllm"),
     # ---- environment

@@ -394,11 +394,17 @@ def free_form(key: str, verl_prefix: str) -> Rule:
 
 
 def _additional_sampling(value: Any, ctx: Context) -> dict[str, Any]:
-    name = ctx.key.rsplit(".", 1)[-1]
     known = ("presence_penalty", "frequency_penalty", "stop_token_ids", "repetition_penalty", "min_p", "ignore_eos")
-    if name not in known:
-        raise Refusal(f"hybrid passes only these further SamplingParams to vLLM: {', '.join(known)}")
-    return {f"{ROLLOUT}.{name}": value}
+    if ctx.key.endswith(".additional_kwargs"):  # the whole dict at once (null: SkyRL's default, none)
+        if not isinstance(value, (dict, type(None))):
+            raise Refusal(f"a dict of sampling parameters, not {value!r}")
+        entries = dict(value or {})
+    else:
+        entries = {ctx.key.rsplit(".", 1)[-1]: value}
+    unknown = [name for name in entries if name not in known]
+    if unknown:
+        raise Refusal(f"hybrid passes only these further SamplingParams to vLLM: {', '.join(known)} (not {unknown[0]})")
+    return {f"{ROLLOUT}.{name}": item for name, item in entries.items()}
 
 
 def _eval_equal(train_key: str, verl_key: str, what: str):

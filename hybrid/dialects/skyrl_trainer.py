@@ -109,6 +109,7 @@ TRAINER_RULES = (
     refuse(
         "trainer.ref.model_config_kwargs.*",
         "the reference model is built like the policy (trainer.policy.model_config_kwargs)",
+        accept=({}, None),
     ),
     same("trainer.rope_scaling", f"{ARR}.model.override_config.rope_scaling", note="a Hugging Face model-config field"),
     same("trainer.rope_theta", f"{ARR}.model.override_config.rope_theta", note="a Hugging Face model-config field"),
@@ -186,6 +187,7 @@ TRAINER_RULES = (
     refuse(
         "trainer.policy.fsdp_config.wrap_policy.*",
         "hybrid wraps every decoder layer; its only wrap key is fsdp_config.wrap_policy.min_num_params",
+        accept=({}, None),  # SkyRL's default: each decoder layer (the model's _no_split_modules), as hybrid
     ),
     same(
         "trainer.ref.fsdp_config.cpu_offload",
@@ -205,7 +207,7 @@ TRAINER_RULES = (
         _fsdp_mixed_precision(f"{REF}.fsdp_config"),
         "param_dtype bf16|fp32",
     ),
-    refuse("trainer.ref.fsdp_config.wrap_policy.*", "hybrid wraps every decoder layer"),
+    refuse("trainer.ref.fsdp_config.wrap_policy.*", "hybrid wraps every decoder layer", accept=({}, None)),
     same("trainer.critic.fsdp_config.cpu_offload", "critic.model.fsdp_config.offload_policy"),
     same("trainer.critic.fsdp_config.reshard_after_forward", "critic.model.fsdp_config.reshard_after_forward"),
     same("trainer.critic.fsdp_config.fsdp_size", "critic.model.fsdp_config.fsdp_size", note="as the policy's"),
@@ -215,7 +217,7 @@ TRAINER_RULES = (
         _fsdp_mixed_precision("critic.model.fsdp_config"),
         "param_dtype bf16|fp32",
     ),
-    refuse("trainer.critic.fsdp_config.wrap_policy.*", "hybrid wraps every decoder layer"),
+    refuse("trainer.critic.fsdp_config.wrap_policy.*", "hybrid wraps every decoder layer", accept=({}, None)),
     via(
         "trainer.bf16",
         f"{ACTOR}.fsdp_config.mixed_precision",
@@ -241,8 +243,10 @@ TRAINER_RULES = (
         {"ulysses": "ulysses"},
         note="hybrid's sequence parallelism is Ulysses (all-to-all around attention)",
     ),
-    refuse("trainer.policy.megatron_config.*", MEGATRON),
-    refuse("trainer.ref.megatron_config.*", MEGATRON),
+    *(
+        ignore(f"trainer.{role}.megatron_config.*", f"read only with trainer.strategy=megatron ({MEGATRON})")
+        for role in ("policy", "ref")
+    ),
     refuse("trainer.policy.deepspeed_config.*", DEEPSPEED),
     refuse("trainer.ref.deepspeed_config.*", DEEPSPEED),
     refuse("trainer.critic.deepspeed_config.*", DEEPSPEED),

@@ -227,3 +227,24 @@ def test_finish_is_idempotent_and_stops_logging(tmp_path):
     tracker.finish()
     tracker.log({"a": 2.0}, step=2)
     assert read_jsonl(tmp_path / "metrics.jsonl") == [{"step": 1, "a": 1.0}]
+
+
+def test_wandb_run_gets_the_configs_tags(tmp_path, monkeypatch):
+    # wandb is an optional package: a module recording wandb.init's arguments stands in for it
+    import sys
+    import types
+
+    calls = []
+
+    class Run:
+        def finish(self):
+            calls.append("finish")
+
+    monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(init=lambda **kw: calls.append(kw) or Run()))
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    config = {"trainer": {"wandb_tags": ("grpo", "skyrl")}}
+    Tracking("p", "e", default_backend=["wandb"], config=config, local_dir=tmp_path).finish()
+    assert calls[0]["tags"] == ["grpo", "skyrl"] and calls[0]["project"] == "p" and calls[-1] == "finish"
+    calls.clear()
+    Tracking("p", "e", default_backend=["wandb"], config={"trainer": {"wandb_tags": None}}, local_dir=tmp_path)
+    assert "tags" not in calls[0]
