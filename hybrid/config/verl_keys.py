@@ -296,7 +296,8 @@ NO_EFFECT: tuple[tuple[re.Pattern, str], ...] = (
         re.compile(r"^actor_rollout_ref\.ref\.fsdp_config\.(fsdp_size|offload_policy|optimizer_offload)$"),
         _ENGINE_WORKER,
     ),
-    (re.compile(r"^critic\.(data_loader_seed|optim\.clip_grad)$"), _ENGINE_WORKER),
+    (re.compile(r"^critic\.data_loader_seed$"), _ENGINE_WORKER),
+    (re.compile(r"^(actor_rollout_ref\.actor|critic)\.optim\.clip_grad$"), _ENGINE_WORKER + " (grad_clip)"),
     (re.compile(r"^(actor_rollout_ref\.actor|critic)\.checkpoint\.async_save$"), _MEGATRON),
     (
         re.compile(

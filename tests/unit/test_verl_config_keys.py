@@ -139,6 +139,7 @@ def test_keys_with_no_effect_here_are_named_in_one_line(capsys):
             f"{ARR}.actor.fsdp_config.seed=7",
             "global_profiler.global_tool_config.nsys.discrete=True",
             f"{ARR}.rollout.prometheus.enable=True",
+            f"{ARR}.actor.optim.clip_grad=1.0",  # verl's default; its default workers clip by actor.grad_clip
             "trainer.seed=3",
         ]
     )
@@ -238,3 +239,13 @@ def test_num_cycles_shapes_the_cosine_schedule():
         scheduler.step()
     # one whole period: lr = 0.5 * (1 + cos(2 pi t / 8)) -> 1, 0.854, 0.5, 0.146, 0, 0.146, 0.5, 0.854
     assert lrs == pytest.approx([1.0, 0.853553, 0.5, 0.146447, 0.0, 0.146447, 0.5, 0.853553], abs=1e-6)
+
+
+def test_verls_deprecated_warmup_style_default_builds_with_its_scheduler():
+    # verl's default warmup_style is null (deprecated): lr_scheduler_type decides, constant when unset
+    arr = build_config([f"{ARR}.actor.optim.warmup_style=null", "critic.optim.warmup_style=null"]).actor_rollout_ref
+    assert arr.actor.optim.schedule == "constant"
+    optim = build_config(
+        [f"{ARR}.actor.optim.warmup_style=null", f"{ARR}.actor.optim.lr_scheduler_type=cosine"]
+    ).actor_rollout_ref.actor.optim
+    assert optim.schedule == "cosine"

@@ -52,7 +52,8 @@ class OptimConfig:
     lr_warmup_steps_ratio: Annotated[float, Fraction()]
     min_lr_ratio: Annotated[float, Fraction()]
     num_cycles: Annotated[float, NonNegative()]  # verl's: cosine periods over the run (0.5: down once)
-    warmup_style: Annotated[str, OneOf(lambda: ("constant", "cosine", "linear"))]
+    # null: verl's deprecation of warmup_style (its default now): lr_scheduler_type, else constant
+    warmup_style: Annotated[str | None, OneOf(lambda: ("constant", "cosine", "linear"))]
     lr_scheduler_type: Annotated[str | None, OneOf(lambda: ("constant", "cosine", "linear"))]
     total_training_steps: int
     weight_decay: Annotated[float, NonNegative()]
@@ -60,8 +61,8 @@ class OptimConfig:
 
     @property
     def schedule(self) -> str:
-        """verl's newer `lr_scheduler_type` wins over `warmup_style` when set."""
-        return self.lr_scheduler_type or self.warmup_style
+        """verl's newer `lr_scheduler_type` wins over `warmup_style` when set; neither: constant (verl's default)."""
+        return self.lr_scheduler_type or self.warmup_style or "constant"
 
     def check(self, prefix: str, problems: Problems) -> None:
         if valid(self.betas) and (len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas)):
@@ -70,9 +71,8 @@ class OptimConfig:
 
 @dataclass(frozen=True)
 class ActorOptimConfig(OptimConfig):
-    clip_grad: Annotated[
-        float | None, Fixed((None,), "the actor's gradient clipping is actor_rollout_ref.actor.grad_clip")
-    ]
+    """The actor's optim section: the critic's keys. verl's optim.clip_grad is read only by its engine
+    workers (hybrid/config/verl_keys.py); the actor clips by actor_rollout_ref.actor.grad_clip."""
 
 
 @dataclass(frozen=True)
