@@ -51,6 +51,7 @@ def serve_config(argv: list[str]):
     """The checked HybridConfig of the command line's keys (dialects translated first)."""
     from hybrid.config import build_config, check_override_keys, default_config, normalize_overrides
     from hybrid.config.loading import rewrite_foreign_overrides
+    from hybrid.config.rules_remote import serving_only
     from hybrid.defaults import register_resolvers
     from hybrid.dialects import translate_argv
 
@@ -64,7 +65,8 @@ def serve_config(argv: list[str]):
     overrides, _ = rewrite_foreign_overrides(argv)
     defaults = default_config()
     check_override_keys(overrides, defaults)
-    return build_config(normalize_overrides(overrides, defaults))
+    with serving_only():  # the placement check counts the engines' devices alone
+        return build_config(normalize_overrides(overrides, defaults))
 
 
 def engine_count(config) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from hybrid.config.rules_remote import check_remote
+from hybrid.config.rules_remote import SERVING, check_remote, serving_only
 from hybrid.config.schema import HybridConfig
 from protocol.config_schema import Problems, fmt, valid
 
@@ -127,8 +127,9 @@ def _check_fits(config: HybridConfig, problems: Problems) -> None:
         return
     from workers.device import is_cuda_available  # the one device helper (imports torch)
 
-    # The simulated trainer (async_training.simulate_training) starts no training rank.
-    ranks = 0 if config.async_training.simulate_training is True else trainer.n_gpus_per_node
+    # The simulated trainer (async_training.simulate_training) and hybrid.serve start no training rank.
+    no_ranks = config.async_training.simulate_training is True or SERVING.get()
+    ranks = 0 if no_ranks else trainer.n_gpus_per_node
     asked = ranks + placement.n_gpus_per_node
     if is_cuda_available():
         import torch
@@ -136,7 +137,12 @@ def _check_fits(config: HybridConfig, problems: Problems) -> None:
         have, what = torch.cuda.device_count(), "GPUs"
     else:
         have, what = os.cpu_count() or 1, "CPU cores"
-    if asked > have:
+    if asked > have and no_ranks:
+        problems.add(
+            f"rollout.n_gpus_per_node={placement.n_gpus_per_node} engine devices, but this machine has {have} {what}; "
+            f"lower it"
+        )
+    elif asked > have:
         problems.add(
             f"trainer.n_gpus_per_node={trainer.n_gpus_per_node} training ranks + rollout.n_gpus_per_node="
             f"{placement.n_gpus_per_node} engine devices = {asked}, but this machine has {have} {what}; "
@@ -144,4 +150,4 @@ def _check_fits(config: HybridConfig, problems: Problems) -> None:
         )
 
 
-__all__ = ["check_async"]
+__all__ = ["check_async", "serving_only"]

@@ -6,16 +6,38 @@ empty URL (a required variable a script left unset) is reported then too, naming
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+
 from hybrid.config.schema import HybridConfig
 from protocol.config_schema import Problems, valid
 
 REMOTE = "actor_rollout_ref.rollout.remote"
+# Set while `python -m hybrid.serve` checks its config: it starts the engines, no training rank.
+SERVING = contextvars.ContextVar("serving", default=False)
+
+
+@contextlib.contextmanager
+def serving_only():
+    """Config checks for the process that starts the engine servers (hybrid/serve.py): the
+    placement check counts no training ranks (rules_async.py), remote URLs are refused."""
+    token = SERVING.set(True)
+    try:
+        yield
+    finally:
+        SERVING.reset(token)
 
 
 def check_remote(config: HybridConfig, problems: Problems) -> None:
     arr = config.actor_rollout_ref
     remote = arr.rollout.remote
     if not valid(remote) or not remote.enabled:
+        return
+    if SERVING.get():
+        problems.add(
+            f"hybrid.serve starts its own engine servers: remove {REMOTE}.* (SkyRL: external_proxy_url / "
+            f"external_server_urls) from its command line"
+        )
         return
     if arr.hybrid_engine is True:
         problems.add(
@@ -43,4 +65,4 @@ def check_remote(config: HybridConfig, problems: Problems) -> None:
         problems.add(f"{REMOTE}.server_urls=[] names no server: give the URLs hybrid.serve printed, or null")
 
 
-__all__ = ["check_remote"]
+__all__ = ["SERVING", "check_remote", "serving_only"]

@@ -146,3 +146,27 @@ def test_weights_travel_as_safetensors_with_tied_tensors_under_both_names():
     assert torch.equal(back["lm_head.weight"], embed) and torch.equal(back["model.norm.weight"], norm)
     with pytest.raises(ValueError, match="'model.norm.weight' is given twice"):
         weights_to_bytes([("model.norm.weight", norm), ("model.norm.weight", norm)])
+
+
+# ---------------------------------------------------------------- hybrid.serve's config
+
+
+def test_serve_counts_engines_and_fits_them_to_the_machine_without_training_ranks():
+    import os
+
+    from hybrid.serve import engine_count, serve_config
+
+    cores = os.cpu_count() or 1  # no GPU here: a device is a core
+    keys = ["actor_rollout_ref.model.path=/models/policy", "actor_rollout_ref.hybrid_engine=false"]
+    assert engine_count(serve_config([*keys, f"rollout.n_gpus_per_node={cores}"])) == cores
+    # A trainer beside the same engines needs a core more.
+    assert f"1 training ranks + rollout.n_gpus_per_node={cores} engine devices" in _problems(
+        *keys, f"rollout.n_gpus_per_node={cores}"
+    )
+    assert f"rollout.n_gpus_per_node={cores + 1} engine devices, but this machine has {cores} CPU cores" in str(
+        pytest.raises(ConfigError, serve_config, [*keys, f"rollout.n_gpus_per_node={cores + 1}"]).value
+    )
+    with pytest.raises(ConfigError, match=r"  - hybrid.serve starts its own engine servers: remove"):
+        serve_config([*keys, "rollout.n_gpus_per_node=1", f"{R}.proxy_url=http://h:1"])
+    with pytest.raises(ConfigError, match=r"^set rollout.n_gpus_per_node \(and rollout.nnodes\)"):
+        engine_count(serve_config(["actor_rollout_ref.model.path=/models/policy"]))
