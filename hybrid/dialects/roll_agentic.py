@@ -120,10 +120,11 @@ def _tokens_per_step(value: Any, ctx: Context) -> dict[str, Any]:
 
 
 def _max_new_tokens(value: Any, ctx: Context) -> dict[str, Any]:
-    """actor_infer.generating_args.max_new_tokens: the response budget (RLVR); in the agentic
-    pipeline a cap on each turn, which custom_envs' max_tokens_per_step rule applies."""
+    """actor_infer.generating_args.max_new_tokens: in the agentic pipeline a cap on each turn, which
+    custom_envs' max_tokens_per_step rule applies; the RLVR pipeline replaces it with
+    sequence_length - prompt_length (RLVRConfig.__post_init__), so there it is not read."""
     if not _agentic(ctx):
-        return {"data.max_response_length": value}
+        return {}
     if any(key.endswith(".max_tokens_per_step") and key.startswith("custom_envs.") for key in ctx.given):
         return {}
     return {f"{MULTI_TURN}.enable": True, f"{MULTI_TURN}.max_tokens_per_turn": _whole(value, "tokens per model turn")}

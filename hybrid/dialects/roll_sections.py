@@ -198,10 +198,11 @@ SECTION_RULES: tuple[Rule, ...] = (
     # ---- generation
     custom(
         "actor_infer.generating_args.max_new_tokens",
-        ("data.max_response_length", "actor_rollout_ref.rollout.multi_turn.max_tokens_per_turn"),
+        ("actor_rollout_ref.rollout.multi_turn.max_tokens_per_turn",),
         _max_new_tokens,
-        "same value into data.max_response_length; with custom_envs (the agentic pipeline) a cap on each turn, read "
-        "with custom_envs.<tag>.max_tokens_per_step",
+        "RLVR: nothing (ROLL replaces it with sequence_length - prompt_length, RLVRConfig.__post_init__: the response "
+        "budget is response_length / sequence_length); with custom_envs (the agentic pipeline) a cap on each turn, "
+        "read with custom_envs.<tag>.max_tokens_per_step",
         "ROLL's agentic env manager generates min(max_tokens_per_step, max_new_tokens, what is left) per turn",
     ),
     same("actor_infer.generating_args.temperature", f"{ROLLOUT}.temperature"),

@@ -201,3 +201,9 @@ def test_validation_prompt_column_and_length_are_actor_trains():
     assert "data.prompt_key='messages'" in overrides
     assert "data.max_response_length=48" in overrides
     assert translate(DIALECT, {**BASE, "validation.generating_args.max_new_tokens": 100}) == translate(DIALECT, BASE)
+
+
+def test_rlvr_max_new_tokens_is_not_read():
+    # ROLL's RLVR pipeline replaces actor_infer's max_new_tokens by sequence_length - prompt_length
+    overrides = translate(DIALECT, {**BASE, "actor_infer.generating_args.max_new_tokens": 100})
+    assert overrides == translate(DIALECT, BASE) and "data.max_response_length=48" in overrides
