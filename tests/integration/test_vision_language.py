@@ -68,22 +68,22 @@ def _full(module) -> dict[str, torch.Tensor]:
 def _direct_log_probs(model, data, rows, flat_positions: bool = False) -> torch.Tensor:
     """Log-probs of each row's response under `model`, one forward per row with its images
     (`flat_positions`: with 1-D text positions instead of the multimodal ones)."""
-    image_token = model.config.image_token_id
+    image_token, device = model.config.image_token_id, model.device
     out = torch.zeros(data.batch["responses"].shape)
     for i in rows:
-        ids, mask = data.batch["input_ids"][i : i + 1], data.batch["attention_mask"][i : i + 1]
+        ids, mask = (data.batch[k][i : i + 1].to(device) for k in ("input_ids", "attention_mask"))
         vision = data.non_tensor_batch["multi_modal_inputs"][i]
         logits = model(
             input_ids=ids,
             attention_mask=mask,
             mm_token_type_ids=(ids == image_token).int(),
-            pixel_values=vision["pixel_values"],
-            image_grid_thw=vision["image_grid_thw"],
-            position_ids=data.batch["position_ids"][i : i + 1, 0] if flat_positions else None,
+            pixel_values=vision["pixel_values"].to(device),
+            image_grid_thw=vision["image_grid_thw"].to(device),
+            position_ids=data.batch["position_ids"][i : i + 1, 0].to(device) if flat_positions else None,
         ).logits
-        response = data.batch["responses"][i]
+        response = data.batch["responses"][i].to(device)
         steps = logits[0, -len(response) - 1 : -1].log_softmax(-1)
-        out[i] = steps.gather(-1, response.unsqueeze(-1)).squeeze(-1)
+        out[i] = steps.gather(-1, response.unsqueeze(-1)).squeeze(-1).cpu()
     return out
 
 
@@ -116,6 +116,8 @@ def _trainer(vl_dir, image_files, out, *extra):
 def test_grpo_step_with_images(vl_dir, image_files, tmp_path):
     from transformers import AutoModelForImageTextToText
 
+    from workers.device import current_device
+
     trainer = _trainer(vl_dir, image_files, tmp_path / "out")
     seen = []
     try:
@@ -140,7 +142,8 @@ def test_grpo_step_with_images(vl_dir, image_files, tmp_path):
 
     data, actor_log_probs = seen[0]
     assert len(data) == 8 and data.batch["position_ids"].shape[1:] == (4, data.batch["input_ids"].shape[1])
-    reference = AutoModelForImageTextToText.from_pretrained(vl_dir, dtype=torch.float32).eval()
+    # On the actor's device (on a GPU, CUDA and CPU kernels part by ~3e-5 on these log-probs).
+    reference = AutoModelForImageTextToText.from_pretrained(vl_dir, dtype=torch.float32).to(current_device()).eval()
     with torch.no_grad():
         direct = _direct_log_probs(reference, data, range(len(data)))
     mask = data.batch["response_mask"].bool()
