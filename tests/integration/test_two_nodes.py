@@ -3,9 +3,12 @@
 
 - `trainer.nnodes=2 trainer.n_gpus_per_node=1` places one rank on each node (each worker
   process is a child of a different raylet) and trains to the end, logging the driver's and
-  the largest rank's resident memory every step;
-- removing the second node in the middle of the run ends it with status 1 within 60 s and
-  one `hybrid:` line saying the rank's node died, no traceback, and no worker left.
+  the largest rank's resident memory every step, and leaves no worker on either node;
+- removing the second node in the middle of a second run on the same cluster ends it with
+  status 1 within 60 s and one `hybrid:` line saying the rank's node died, no traceback, and
+  no worker left.
+
+The two runs share one cluster (it takes seconds to start): the node-losing test comes last.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ def arithmetic_files(tmp_path_factory):
     return write_arithmetic_parquet(tmp_path_factory.mktemp("arith"), n_train=32, n_val=8, seed=3)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def cluster():
     from ray.cluster_utils import Cluster
 
@@ -66,6 +69,13 @@ def _ours(cluster) -> dict[int, int]:
     return {pid: parent for pid, parent in _workers().items() if parent in raylets}
 
 
+def _assert_no_worker_left(cluster, within_s: float = 20) -> None:
+    deadline = time.time() + within_s
+    while _ours(cluster) and time.time() < deadline:
+        time.sleep(0.5)
+    assert not _ours(cluster), f"worker processes left on the cluster: {_ours(cluster)}"
+
+
 def _start(cluster, model_dir, files, root, *extra):
     return subprocess.Popen(
         command_line(model_dir, files, root, "trainer.nnodes=2", "trainer.n_gpus_per_node=1", *extra),
@@ -79,7 +89,7 @@ def _start(cluster, model_dir, files, root, *extra):
 
 def test_one_rank_per_node_trains_to_the_end(cluster, tiny_model_dir, arithmetic_files, tmp_path):
     root = tmp_path / "run"
-    proc = _start(cluster, tiny_model_dir, arithmetic_files, root, "trainer.total_training_steps=3")
+    proc = _start(cluster, tiny_model_dir, arithmetic_files, root, "trainer.total_training_steps=2")
     try:
         wait_for_steps(proc, root / "metrics.jsonl", 1)
         placed = _ours(cluster)
@@ -90,9 +100,10 @@ def test_one_rank_per_node_trains_to_the_end(cluster, tiny_model_dir, arithmetic
     assert proc.returncode == 0, err[-3000:]
     assert sorted(placed.values()) == sorted([_raylet_pid(cluster.head_node), _raylet_pid(cluster.second)]), placed
     steps = [json.loads(line) for line in (root / "metrics.jsonl").read_text().splitlines()]
-    assert [m["step"] for m in steps] == [1, 2, 3]
+    assert [m["step"] for m in steps] == [1, 2]
     for metrics in steps:  # host memory of the driver and of the largest rank, every step
         assert 0.1 < metrics["perf/cpu_memory_rss_gb"] < metrics["perf/worker_cpu_memory_rss_gb"] < 20
+    _assert_no_worker_left(cluster)  # and the next test sees only its own run's workers
 
 
 def test_losing_a_node_ends_the_run_in_one_line(cluster, tiny_model_dir, arithmetic_files, tmp_path):
@@ -119,7 +130,4 @@ def test_losing_a_node_ends_the_run_in_one_line(cluster, tiny_model_dir, arithme
     assert "worker group 'actor_rollout': rank " in messages[0], messages[0]
     assert "died in " in messages[0] and ": its node " in messages[0] and " died (" in messages[0], messages[0]
     assert "Traceback" not in err
-    deadline = time.time() + 20
-    while _ours(cluster) and time.time() < deadline:
-        time.sleep(0.5)
-    assert not _ours(cluster), "worker processes left on the remaining node"
+    _assert_no_worker_left(cluster)  # on the remaining node
