@@ -1,9 +1,10 @@
 """End to end in the dialects: `python -m hybrid.main_ppo --dialect skyrl ...` with the SkyRL
 example of the reference docs, and `--roll-config examples/roll_grpo_arithmetic.yaml`, each
-train one GRPO step of the real default model (SmolLM2-135M) with the real vLLM engine and
-write one metrics line. Sizes are cut down (4 prompts x 2 responses, 16-token responses, no
-validation, no checkpoint) in the dialect's own keys, so each run stays within a couple of
-minutes on two CPU cores."""
+train one GRPO step with the real vLLM engine and write one metrics line. Sizes are cut down
+(4 prompts x 2 responses, 16-token responses, no validation, no checkpoint) in the dialect's
+own keys, and the model is the tiny random one of tests/conftest.py (in the dialect's own model
+key): the real default model through the real engine is tests/e2e/test_e2e_grpo.py's, so
+running it here again bought nothing but about 20 s."""
 
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ SKYRL_ADAPTED = {
     "generator.enforce_eager": "true",
     "generator.sampling_params.max_generate_length": "16",
 }
-SKYRL_DROPPED = ("trainer.policy.model.path", "generator.model_dtype")  # default model, engine dtype auto
+SKYRL_DROPPED = ("generator.model_dtype",)  # the engine's dtype: auto
 
 
 def run(args: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess, float]:
@@ -71,7 +72,7 @@ def metric_lines(run_dir: Path) -> list[dict]:
     return [x for x in lines if "timing_s/step" in x]
 
 
-def test_skyrl_seed_example_trains_one_step(default_model_dir, tmp_path):
+def test_skyrl_seed_example_trains_one_step(tiny_model_dir, tmp_path):
     from hybrid.arithmetic_task import write_arithmetic_parquet
 
     # Four prompts: with SkyRL's trainer.epochs=1 the run is exactly one step.
@@ -79,6 +80,7 @@ def test_skyrl_seed_example_trains_one_step(default_model_dir, tmp_path):
     run_dir = tmp_path / "run"
     adapted = {
         **SKYRL_ADAPTED,
+        "trainer.policy.model.path": tiny_model_dir,
         "data.train_data": f"['{files['train']}']",
         "data.val_data": f"['{files['val']}']",
         "trainer.ckpt_path": str(run_dir),
@@ -99,12 +101,13 @@ def test_skyrl_seed_example_trains_one_step(default_model_dir, tmp_path):
     print(f"skyrl one step: {seconds:.0f} s")
 
 
-def test_roll_example_trains_one_step(default_model_dir, tmp_path):
+def test_roll_example_trains_one_step(tiny_model_dir, tmp_path):
     run_dir = tmp_path / "run"
     done, seconds = run(
         [
             "--roll-config",
             str(REPO / "examples" / "roll_grpo_arithmetic.yaml"),
+            f"+pretrain={tiny_model_dir}",  # the file has none: hybrid's default model
             "max_steps=1",
             "eval_steps=0",
             "~save_steps",  # ROLL would save the last step; not needed here
