@@ -23,7 +23,14 @@ from tests.integration.checkpoint_helpers import response_log_probs, tiny_run, t
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-ENGINE = ["actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.dtype=float32"]
+# The engine's settings, the same for the server and the trainer (the server checks they match);
+# a small batch budget keeps vLLM's start-up profiling run short.
+ENGINE = [
+    "actor_rollout_ref.rollout.name=vllm",
+    "actor_rollout_ref.rollout.dtype=float32",
+    "actor_rollout_ref.rollout.max_num_batched_tokens=256",
+    "actor_rollout_ref.rollout.max_num_seqs=16",
+]
 LENGTHS = ["data.max_prompt_length=64", "data.max_response_length=8"]
 
 
