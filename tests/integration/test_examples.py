@@ -2,7 +2,9 @@
 overrides appended on its command line that point it at the tiny random model, tiny
 arithmetic parquet files and small batches (one in-process rank, the real vLLM engine),
 must exit 0 and leave a metrics.jsonl line for step 1 with a finite critic/score/mean.
-The scripts run one after another, each in its own process.
+The scripts run one after another, each in its own process. ppo_arithmetic.sh's run also shows
+the engine's own log lines (the CPU worker's NUMA notice among them) kept in engine_rank0.log,
+off the console.
 
 Every script is composed and checked by tests/unit/test_examples_config.py. Not trained here,
 because their step is trained elsewhere and each run costs about 20 s of the suite:
@@ -28,6 +30,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -65,6 +68,7 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
 """
 
 TIMES: dict[str, float] = {}
+CONSOLE: dict[str, str] = {}  # each script's stdout and stderr
 
 
 @pytest.fixture(scope="module")
@@ -81,14 +85,19 @@ def report_times():
         print("\nexample script times (s): " + ", ".join(f"{k} {v:.0f}" for k, v in TIMES.items()), file=sys.stderr)
 
 
-def run_example(name: str, overrides: list[str], out_dir: Path, env: dict | None = None) -> dict:
+def run_example(
+    name: str, overrides: list[str], out_dir: Path, env: dict | None = None, unset: tuple[str, ...] = ()
+) -> dict:
     full_env = {**os.environ, "PYTHON": sys.executable, **(env or {})}
+    for key in unset:
+        full_env.pop(key, None)
     args = ["bash", str(EXAMPLES / name), *overrides, f"trainer.default_local_dir={out_dir}"]
     start = time.perf_counter()
     # cwd=REPO: the run must not depend on how the package was installed (an editable
     # install made before a package gained its __init__.py resolves it elsewhere).
     result = subprocess.run(args, cwd=REPO, capture_output=True, text=True, env=full_env, timeout=RUN_TIMEOUT_S)
     TIMES[name] = time.perf_counter() - start
+    CONSOLE[name] = result.stdout + result.stderr
     assert result.returncode == 0, (
         f"{name} exited {result.returncode}\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}"
     )
@@ -117,9 +126,18 @@ def tiny_data(tiny_model_dir, files) -> list[str]:
     ],
 )
 def test_example_one_step(name, expect, tiny_model_dir, arithmetic_files, tmp_path):
-    step = run_example(name, tiny_data(tiny_model_dir, arithmetic_files) + SMALL_RUN, tmp_path)
+    # Also: the engine's own lines go to engine_rank0.log beside the metrics, the CPU worker's NUMA
+    # binding notice (torch C++, straight to descriptor 2) included, and not to the console (with
+    # neither HYBRID_DEBUG nor a vLLM logging config of the user's, which leave vLLM's logging as it is).
+    unset = ("HYBRID_DEBUG", "VLLM_LOGGING_CONFIG_PATH")
+    step = run_example(name, tiny_data(tiny_model_dir, arithmetic_files) + SMALL_RUN, tmp_path, unset=unset)
     for key in expect:
         assert key in step and math.isfinite(step[key]), (key, step.get(key))
+    assert "NUMA binding" not in CONSOLE[name]
+    log = (tmp_path / "engine_rank0.log").read_text()
+    assert "Initializing a V1 LLM engine" in log  # vLLM's own lines
+    if not torch.cuda.is_available():  # the notice is the CPU worker's
+        assert "NUMA binding" in log
 
 
 def test_multi_turn_example_one_step(tiny_model_dir, arithmetic_files, tmp_path):

@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -168,35 +165,6 @@ def test_vllm_greedy_training_gives_n_identical_samples(vllm_engine, folder_mode
     vllm_engine.update_weights(list(folder_model.state_dict().items()))
     out = _generate(vllm_engine, tiny_model_dir, tokenizer, f"{R}.do_sample=false")
     assert_greedy_groups(out, vllm_engine.generate_sequences(one_sample_each(tokenizer)))
-
-
-def test_vllm_start_keeps_torchs_numa_notice_off_the_console(tiny_model_dir, tmp_path):
-    """The CPU worker's NUMA binding notice (torch C++, straight to descriptor 2) goes to
-    engine_rank0.log, not the console; a process of its own, as a worker starts one engine."""
-    code = textwrap.dedent(
-        f"""
-        from transformers import AutoConfig, AutoTokenizer
-        from tests.integration.engine_helpers import engine_config
-        from workers.rollout.vllm_rollout import VLLMRollout
-
-        cfg = engine_config({tiny_model_dir!r}, "{R}.load_format=dummy_dtensor")
-        VLLMRollout(cfg.actor_rollout_ref.model, cfg.actor_rollout_ref.rollout,
-                    AutoTokenizer.from_pretrained({tiny_model_dir!r}), AutoConfig.from_pretrained({tiny_model_dir!r}))
-        print("engine started")
-        """
-    )
-    env = {**os.environ, "HYBRID_ENGINE_LOG_DIR": str(tmp_path), "RANK": "0"}
-    env.pop("HYBRID_DEBUG", None)
-    env.pop("VLLM_LOGGING_CONFIG_PATH", None)
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    done = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-4000:]
-    assert "engine started" in done.stdout
-    assert "NUMA binding" not in done.stdout + done.stderr
-    log = (tmp_path / "engine_rank0.log").read_text()
-    assert "Initializing a V1 LLM engine" in log  # vLLM's own lines are there too
-    if not torch.cuda.is_available():  # the notice is the CPU worker's
-        assert "NUMA binding" in log
 
 
 # ---------------------------------------------------------------- Hugging Face generate
