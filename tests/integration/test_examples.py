@@ -9,7 +9,8 @@ off the console.
 Every script is composed and checked by tests/unit/test_examples_config.py. Not trained here,
 because their step is trained elsewhere and each run costs about 20 s of the suite:
 - grpo_arithmetic.sh: GRPO with a low_var_kl KL loss and the vLLM engine, the step of verl's
-  run_qwen2-7b_math.sh, which test_verl_scripts.py trains;
+  run_qwen2-7b_math.sh, whose keys test_verl_scripts.py trains in its LoRA and prefix-grouper
+  scripts (that script plus LoRA; plus the prefix grouper);
 - rloo_arithmetic.sh: RLOO trains in verl's rollout-correction script (test_verl_scripts.py),
   the KL folded into the reward in test_trainer.py's GAE case;
 - reinforce_plus_plus_arithmetic.sh: the estimator is checked by hand in test_core_algos.py, its

@@ -1,5 +1,5 @@
 """verl's own example scripts, one step each on the tiny model: the override lists of
-twelve FSDP + vLLM `main_ppo` scripts (five trained here, seven composed and checked only:
+twelve FSDP + vLLM `main_ppo` scripts (four trained here, eight composed and checked only:
 COMPOSE_ONLY says where their step is trained) (tests/integration/verl_scripts.py: GRPO with a KL
 loss, PPO with a critic and Ulysses over two ranks, token-budget batches, ReMax, RLOO,
 REINFORCE++ with baseline, GPG, rollout correction in bypass mode and with rejection
@@ -66,6 +66,11 @@ def test_the_scripts_compose_and_pass_the_checks(tiny_model_dir, arithmetic_file
 # Composed and checked above, not trained here: what their step would run is trained elsewhere,
 # and each step costs 15-40 s of the suite's budget.
 COMPOSE_ONLY = {
+    # GRPO with a low_var_kl KL loss: the LoRA script below is this one with every key as written
+    # plus LoRA (and its lr, layered_summon, load_format, data.shuffle); the prefix-grouper script,
+    # also trained, is it in full parameters plus the prefix grouper (use_remove_padding off,
+    # balance_batch on).
+    "grpo_trainer_run_qwen2-7b_math",
     # GAE with Ulysses over two Ray ranks for actor and critic: test_trainer's gae_sp_pfppo case
     # trains the same (plus PF-PPO) through Ray, and test_sequence_parallel_heads.py checks its numbers.
     "ppo_trainer_run_deepseek7b_llm_sp2",
