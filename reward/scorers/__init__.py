@@ -7,9 +7,9 @@ so `method=flexible` or `lenient=true` for gsm8k does not break the math rows of
 data set; a key that no scorer takes is an error.
 
 roll_crossthinkqa, roll_code and roll_ifeval reproduce ROLL's rule reward workers
-(CrossThinkQARuleRewardWorker, CodeSandboxRewardWorker, GeneralRuleRewardWorker); ROLL
-picks them by each domain's `worker_cls` and rows by their `tag`, so they are not
-registered here by data_source.
+(CrossThinkQARuleRewardWorker, CodeSandboxRewardWorker, GeneralRuleRewardWorker), and
+roll_detection its DetectionRewardWorker; ROLL picks them by each domain's `worker_cls` and
+rows by their `tag`, so they are not registered here by data_source.
 """
 
 from __future__ import annotations
