@@ -320,7 +320,7 @@ class RLHFDataset(Dataset):
         return self._with_index(item, row)
 
     def _vision_item(self, item: int, row: dict, prompt, where: str) -> dict:
-        row.update(self.vision.encode(row, prompt, where))
+        row.update(self.vision.encode(row, prompt, where, self.return_full_prompt))
         if self.return_raw_chat:
             row["raw_prompt"] = prompt.tolist() if isinstance(prompt, np.ndarray) else prompt
         return self._with_index(item, row)

@@ -169,8 +169,9 @@ class VisionPrompts:
     def length(self, row: dict, prompt, where: str) -> int:
         return int(self._process(row, prompt, where)[2]["input_ids"].shape[1])
 
-    def encode(self, row: dict, prompt, where: str) -> dict:
-        """The model's fields of one row; `row` loses its image column."""
+    def encode(self, row: dict, prompt, where: str, full_prompt: bool = False) -> dict:
+        """The model's fields of one row (`full_prompt`: the rendered chat text too, verl's
+        `full_prompts`, data.return_full_prompt); `row` loses its image column."""
         images, text, inputs = self._process(row, prompt, where)
         row.pop(self.image_key, None)
         ids, mask = inputs["input_ids"][0], inputs["attention_mask"][0]
@@ -185,7 +186,8 @@ class VisionPrompts:
         attention_mask = torch.cat([torch.zeros(pad, dtype=torch.long), mask.long()])
         grid = inputs.get("image_grid_thw")
         vision = {"pixel_values": inputs["pixel_values"], "image_grid_thw": grid} if images else {}
-        return {
+        fields = {"full_prompts": text} if full_prompt else {}
+        return fields | {
             "input_ids": input_ids,
             "attention_mask": attention_mask,
             "position_ids": mrope_position_ids(self.index, input_ids, attention_mask, grid if images else None),
@@ -223,13 +225,24 @@ def vision_problems(config, model_type: str) -> list[str]:
     problem = unsupported_vision_model(model_type)
     if problem:
         return [f"actor_rollout_ref.model.path: {problem}"]
+    from transformers.utils import is_torchvision_available
+
     why = f"the policy is a vision-language model ({model_type})"
+    # vLLM's Qwen-VL model modules import transformers' torchvision-backed image processor.
+    vision_lib = (
+        "" if is_torchvision_available() else "; vLLM's Qwen-VL models also need torchvision, not installed here"
+    )
     checks = [
         (
             arr.rollout.name != "hf",
             f"actor_rollout_ref.rollout.name={arr.rollout.name}: {why}, and hybrid generates with images on the "
-            f"Hugging Face engine only (its vLLM rollout does not pass multi_modal_data; on this machine vLLM's "
-            f"Qwen-VL models also need torchvision); set actor_rollout_ref.rollout.name=hf",
+            f"Hugging Face engine only (its vLLM rollout does not pass multi_modal_data{vision_lib}); set "
+            f"actor_rollout_ref.rollout.name=hf",
+        ),
+        (
+            arr.ref.model.path not in (None, arr.model.path),
+            f"actor_rollout_ref.ref.model.path={arr.ref.model.path}: {why}; a reference model of its own (a "
+            f"distillation teacher) is not given the images; leave ref.model.path unset",
         ),
         (
             arr.model.use_remove_padding,

@@ -51,7 +51,7 @@ def test_row_with_two_images(processor):
     small, large = random_image(8, 8, seed=1), random_image(16, 24, seed=2)
     prompt = [{"role": "user", "content": "<image>and<image>sum?"}]
     row = {"images": [small, {"bytes": _png(large)}], "prompt": prompt}
-    out = _prompts(processor).encode(row, prompt, "")
+    out = _prompts(processor).encode(row, prompt, "", full_prompt=True)
     assert "images" not in row and out["multi_modal_data"]["image"][1].size == (24, 16)
     grid = out["multi_modal_inputs"]["image_grid_thw"]
     assert grid.tolist() == [[1, 2, 2], [1, 4, 6]]
@@ -62,6 +62,7 @@ def test_row_with_two_images(processor):
     middle = "<|vision_end|>and<|vision_start|>"
     tail = "<|vision_end|>sum?<|im_end|>\n<|im_start|>assistant\n"
     pad = "<|image_pad|>"
+    assert out["full_prompts"] == head + pad + middle + pad + tail  # the chat template's text, before expansion
     expected = _ids(processor, head + pad + middle + pad * 6 + tail)
     n = len(expected)
     assert out["input_ids"][-n:].tolist() == expected and out["attention_mask"].tolist() == [0] * (48 - n) + [1] * n
@@ -169,11 +170,16 @@ def test_vision_settings_refused_in_one_line():
         ]
     )
     assert vision_problems(ok, "qwen2_5_vl") == []
+    from transformers.utils import is_torchvision_available
+
+    vision_lib = (
+        "" if is_torchvision_available() else "; vLLM's Qwen-VL models also need torchvision, not installed here"
+    )
     bad = build_config(["actor_rollout_ref.rollout.name=vllm", "algorithm.adv_estimator=grpo"])
     assert vision_problems(bad, "qwen2_5_vl") == [
         "actor_rollout_ref.rollout.name=vllm: the policy is a vision-language model (qwen2_5_vl), and hybrid "
-        "generates with images on the Hugging Face engine only (its vLLM rollout does not pass multi_modal_data; on "
-        "this machine vLLM's Qwen-VL models also need torchvision); set actor_rollout_ref.rollout.name=hf",
+        f"generates with images on the Hugging Face engine only (its vLLM rollout does not pass multi_modal_data"
+        f"{vision_lib}); set actor_rollout_ref.rollout.name=hf",
         "actor_rollout_ref.model.use_remove_padding=true: the policy is a vision-language model (qwen2_5_vl), and "
         "packed rows are not built for vision inputs (multimodal positions, the vision tower's own sequence "
         "boundaries); set it to false",
