@@ -189,3 +189,40 @@ def test_vision_settings_refused_in_one_line():
         "qwen2_vl, qwen3_vl (their multimodal position ids are known); use one of those, or "
         "actor_rollout_ref.model.language_model_only=true to train the language model alone on text"
     ]
+
+
+@pytest.mark.parametrize("kind", ["qwen2_vl", "qwen3_vl"])
+def test_rope_index_bound_to_the_config_as_the_model_computes_it(kind):
+    """Qwen2-VL and Qwen3-VL (Qwen2.5-VL is checked by hand above): the positions workers/vision.py
+    computes from the config alone equal those of a model instance's own get_rope_index."""
+    from transformers.models.qwen2_vl import Qwen2VLConfig, Qwen2VLModel
+    from transformers.models.qwen3_vl import Qwen3VLConfig, Qwen3VLModel
+
+    from workers.vision import mrope_position_ids, rope_index
+
+    text = dict(vocab_size=200, hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=2)
+    tokens = dict(image_token_id=101, video_token_id=103, vision_start_token_id=100, vision_end_token_id=102)
+    if kind == "qwen2_vl":
+        rope = {"type": "mrope", "mrope_section": [4, 6, 6]}
+        vision = dict(depth=1, embed_dim=32, hidden_size=64, num_heads=2, patch_size=4, spatial_merge_size=2)
+        config, cls = (
+            Qwen2VLConfig(text_config={**text, "rope_scaling": rope}, vision_config=vision, **tokens),
+            Qwen2VLModel,
+        )
+    else:
+        rope = {"rope_type": "default", "mrope_section": [4, 6, 6], "mrope_interleaved": True}
+        vision = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64, patch_size=4)
+        vision |= dict(spatial_merge_size=2, deepstack_visual_indexes=[0])
+        config = Qwen3VLConfig(
+            text_config={**text, "head_dim": 32, "rope_scaling": rope}, vision_config=vision, **tokens
+        )
+        cls = Qwen3VLModel
+    ids = torch.tensor([0, 0, 5, 6, 100] + [101] * 6 + [102, 8, 9])
+    mask = (ids != 0).long()
+    grid = torch.tensor([[1, 4, 6]])
+    ours = mrope_position_ids(rope_index(config), ids, mask, grid)
+    theirs, _ = cls(config).get_rope_index(
+        ids[None], mm_token_type_ids=(ids == 101).int()[None], image_grid_thw=grid, attention_mask=mask[None]
+    )
+    assert torch.equal(ours[1:], theirs[:, 0])
+    assert ours[1:, 2:].tolist()[1] == [0, 1, 2, 3, 3, 3, 4, 4, 4, 6, 7, 8]  # height: rows of the merged 2 x 3 grid
