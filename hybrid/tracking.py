@@ -209,25 +209,23 @@ def _config_container(config: Any) -> Any:
     return config
 
 
-def _wandb_tags(config: Any) -> list[str] | None:
-    """The run's `trainer.wandb_tags` (the trainer logs its whole config as a dict; the SFT
-    trainer's config has no such key)."""
-    trainer = config.get("trainer") if isinstance(config, dict) else None
-    tags = trainer.get("wandb_tags") if isinstance(trainer, dict) else None
-    return [str(tag) for tag in tags] if tags else None
-
-
 class _WandbBackend:
-    def __init__(self, project_name: str, experiment_name: str, config: Any, local_dir: str | os.PathLike):
+    def __init__(
+        self,
+        project_name: str,
+        experiment_name: str,
+        config: Any,
+        local_dir: str | os.PathLike,
+        tags: Sequence[str] | None = None,
+    ):
         try:
             import wandb
         except ImportError as e:
             raise _missing_package("wandb", "wandb", e) from e
         self.wandb = wandb
         kwargs: dict[str, Any] = {"project": project_name, "name": experiment_name, "config": _config_container(config)}
-        tags = _wandb_tags(kwargs["config"])
         if tags:
-            kwargs["tags"] = tags
+            kwargs["tags"] = [str(tag) for tag in tags]
         # WANDB_MODE (e.g. offline) and WANDB_DIR are read by wandb itself; only choose a
         # directory when the user did not.
         if not os.environ.get("WANDB_DIR"):
@@ -315,6 +313,7 @@ class Tracking:
         default_backend: Sequence[str] | str = "console",
         config: Any = None,
         local_dir: str | os.PathLike = ".",
+        wandb_tags: Sequence[str] | None = None,
     ):
         backends = [default_backend] if isinstance(default_backend, str) else list(default_backend)
         unknown = [b for b in backends if b not in SUPPORTED_BACKENDS]
@@ -326,6 +325,7 @@ class Tracking:
         self.backends = list(dict.fromkeys(backends))
         self.local_dir = Path(local_dir)
         self._warned_keys: set[str] = set()
+        self._wandb_tags = wandb_tags  # trainer.wandb_tags (SkyRL's trainer.tags)
         self.loggers: dict[str, Any] = {}
         try:
             for name in self.backends:
@@ -354,7 +354,7 @@ class Tracking:
         if name == "tensorboard":
             return _TensorboardBackend(self.local_dir)
         if name == "wandb":
-            return _WandbBackend(project_name, experiment_name, config, self.local_dir)
+            return _WandbBackend(project_name, experiment_name, config, self.local_dir, self._wandb_tags)
         if name == "mlflow":
             return _MlflowBackend(project_name, experiment_name, config, self.local_dir)
         raise AssertionError(name)  # guarded by the check in __init__

@@ -329,6 +329,7 @@ class PPOTrainer:
             default_backend=list(cfg.trainer.logger),
             config=dataclasses.asdict(cfg),
             local_dir=cfg.trainer.default_local_dir,
+            wandb_tags=cfg.trainer.wandb_tags,
         )
         if cfg.trainer.num_dummy_steps:  # SkyRL's full-context trainer: dummy steps only, no resume
             mark_training_started()

@@ -211,7 +211,9 @@ RULES = (
     refuse("generator.rope_theta", "the engine uses the policy's model config (trainer.rope_theta)", accept=(None,)),
     refuse(
         "generator.vision_language_generator",
-        "hybrid's rollout is text only (SkyRL's SkyRLVLMGymGenerator feeds images to a vision-language model)",
+        "SkyRL's SkyRLVLMGymGenerator feeds images to a vision-language model turn by turn; hybrid trains "
+        "vision-language policies on single-turn prompts with images on the Hugging Face engine only "
+        "(docs/vision_language.md): no images in multi-turn episodes, no vLLM with images",
         accept=(False,),
     ),
     ignore(

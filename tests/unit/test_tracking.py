@@ -242,9 +242,8 @@ def test_wandb_run_gets_the_configs_tags(tmp_path, monkeypatch):
 
     monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(init=lambda **kw: calls.append(kw) or Run()))
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
-    config = {"trainer": {"wandb_tags": ("grpo", "skyrl")}}
-    Tracking("p", "e", default_backend=["wandb"], config=config, local_dir=tmp_path).finish()
+    Tracking("p", "e", default_backend=["wandb"], local_dir=tmp_path, wandb_tags=("grpo", "skyrl")).finish()
     assert calls[0]["tags"] == ["grpo", "skyrl"] and calls[0]["project"] == "p" and calls[-1] == "finish"
     calls.clear()
-    Tracking("p", "e", default_backend=["wandb"], config={"trainer": {"wandb_tags": None}}, local_dir=tmp_path)
+    Tracking("p", "e", default_backend=["wandb"], local_dir=tmp_path, wandb_tags=None)
     assert "tags" not in calls[0]
