@@ -155,7 +155,7 @@ def test_skyrl_offload_after_step_is_read_only_when_colocated():
             "engines on devices of their own need colocate_all=false",
         ),
         (["trainer.placement.critic_num_gpus_per_node=2"], "in the training group, on the policy's devices"),
-        (["trainer.fully_async.max_in_flight=3"], "near keys: trainer.fully_async.enabled, trainer.fully_async.max_"),
+        (["trainer.fully_async.max_in_flight=3"], "not a SkyRL key hybrid knows; did you mean trainer.fully_async."),
     ],
 )
 def test_skyrl_async_refusals(overrides, reason):
