@@ -43,3 +43,12 @@ def test_no_function_is_longer_than_80_lines():
                     if lines > MAX_FUNCTION_LINES:
                         long.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name}: {lines} lines")
     assert not long, "split these functions:\n" + "\n".join(long)
+
+
+def test_test_files_have_unique_basenames():
+    # pytest imports test files by basename (rootdir-relative packages are not used here): two
+    # test files of one name in different folders stop the whole run at collection.
+    seen: dict[str, list[str]] = {}
+    for path in sorted((REPO / "tests").rglob("test_*.py")):
+        seen.setdefault(path.name, []).append(path.relative_to(REPO).as_posix())
+    assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
