@@ -8,7 +8,9 @@ asynchronous rollout, where each trajectory steps its environment on its own). N
 stop a Python thread, so a call past its limit is left running and its thread is
 replaced; the threads are daemons, so an environment that
 never returns neither blocks the run nor keeps the process alive at exit (a
-`concurrent.futures` pool would: its threads are joined at interpreter exit).
+`concurrent.futures` pool would: its threads are joined at interpreter exit). The threads
+hold the queue, not the pool: a pool nobody uses any more (its rollout loop and engine gone)
+is collected and its idle threads end, as `shutdown` ends them.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import asyncio
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -40,45 +43,65 @@ class _Task:
         self.notify = notify  # `call`'s hook: "started" and "finished", from the worker thread
 
 
+class _Shared:
+    """What the worker threads hold: the queue, the condition and how many threads were
+    started (never the pool itself, so that an unused pool can be collected)."""
+
+    __slots__ = ("queue", "cond", "threads")
+
+    def __init__(self):
+        self.queue: queue.SimpleQueue = queue.SimpleQueue()
+        self.cond = threading.Condition()
+        self.threads = 0
+
+
+def _work(shared: _Shared) -> None:
+    while True:
+        task = shared.queue.get()
+        if task is None:
+            return
+        with shared.cond:
+            if task.abandoned:  # its caller gave up before it started (a cancelled coroutine)
+                continue
+            task.started = time.monotonic()
+            shared.cond.notify_all()
+        if task.notify is not None:
+            task.notify("started")
+        try:
+            task.value = task.fn()
+        except BaseException as e:  # the caller decides what an environment's error means
+            task.error = e
+        with shared.cond:
+            task.finished = True
+            shared.cond.notify_all()
+            abandoned = task.abandoned
+        if task.notify is not None and not abandoned:  # an abandoned call's caller waits no more
+            task.notify("finished")
+        if abandoned:
+            return  # a replacement thread has taken this one's place
+
+
+def _end_idle_threads(shared: _Shared) -> None:
+    for _ in range(shared.threads):
+        shared.queue.put(None)
+
+
 class StepPool:
     def __init__(self, workers: int, timeout_s: float):
         if workers < 1 or timeout_s <= 0:
             raise ValueError(f"StepPool needs workers >= 1 and timeout_s > 0, got {workers}, {timeout_s}")
         self.timeout_s = float(timeout_s)
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._cond = threading.Condition()
-        self._workers = 0
+        self._shared = _Shared()
+        self._queue, self._cond = self._shared.queue, self._shared.cond
+        # Runs once: at shutdown(), or when the pool is collected.
+        self._finalizer = weakref.finalize(self, _end_idle_threads, self._shared)
         for _ in range(workers):
             self._spawn()
 
     def _spawn(self) -> None:
-        self._workers += 1
-        threading.Thread(target=self._work, daemon=True, name=f"env-worker-{self._workers}").start()
-
-    def _work(self) -> None:
-        while True:
-            task = self._queue.get()
-            if task is None:
-                return
-            with self._cond:
-                if task.abandoned:  # its caller gave up before it started (a cancelled coroutine)
-                    continue
-                task.started = time.monotonic()
-                self._cond.notify_all()
-            if task.notify is not None:
-                task.notify("started")
-            try:
-                task.value = task.fn()
-            except BaseException as e:  # the caller decides what an environment's error means
-                task.error = e
-            with self._cond:
-                task.finished = True
-                self._cond.notify_all()
-                abandoned = task.abandoned
-            if task.notify is not None and not abandoned:  # an abandoned call's caller waits no more
-                task.notify("finished")
-            if abandoned:
-                return  # a replacement thread has taken this one's place
+        self._shared.threads += 1
+        name = f"env-worker-{self._shared.threads}"
+        threading.Thread(target=_work, args=(self._shared,), daemon=True, name=name).start()
 
     def run(self, calls: list[Callable[[], Any]]) -> list[Outcome]:
         tasks = [_Task(fn) for fn in calls]
@@ -138,5 +161,4 @@ class StepPool:
 
     def shutdown(self) -> None:
         """End the idle threads (a thread busy past its limit ends when its call returns)."""
-        for _ in range(self._workers):
-            self._queue.put(None)
+        self._finalizer()

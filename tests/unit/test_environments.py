@@ -205,6 +205,35 @@ def test_an_abandoned_awaited_call_ending_after_its_event_loop_closed_raises_not
     pool.shutdown()
 
 
+def test_a_step_pool_nobody_holds_ends_its_threads_as_shutdown_does():
+    # A rollout loop's pool used to keep its threads (blocked on the queue) after the loop and
+    # its engine were gone: ~250 threads in the suite's process by the end of a run.
+    import gc
+    import threading
+
+    def pool_threads():
+        return [t for t in threading.enumerate() if t.name.startswith("env-worker-") and t.is_alive()]
+
+    def wait_for(count):
+        deadline = time.monotonic() + 5
+        while len(pool_threads()) != count and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return len(pool_threads())
+
+    before = len(pool_threads())
+    pool = StepPool(workers=3, timeout_s=1.0)
+    assert [o.value for o in pool.run([lambda: 1, lambda: 2])] == [1, 2]
+    assert wait_for(before + 3) == before + 3
+    del pool
+    gc.collect()
+    assert wait_for(before) == before
+    kept = StepPool(workers=2, timeout_s=1.0)
+    assert wait_for(before + 2) == before + 2
+    kept.shutdown()
+    kept.shutdown()  # a second shutdown (or the collection after it) ends nothing more
+    assert wait_for(before) == before
+
+
 # ---------------------------------------------------------------- tools
 
 
