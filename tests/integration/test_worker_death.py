@@ -137,8 +137,13 @@ def test_worker_killed_by_rays_memory_monitor_ends_the_run_out_of_memory(tiny_mo
         wait_for_steps(proc, root / "metrics.jsonl", 1)
         victim = worker_pid(proc.pid, rank=0)
         filling_from = time.time()
-        # Fill the node's memory (pages written, so they count) until the monitor kills the rank.
-        while alive(victim) and proc.poll() is None and len(fill) * CHUNK < MAX_FILL_GIB * 2**30:
+        # Fill the node's memory (pages written, so they count) until the monitor kills the rank:
+        # until the node's use is 2 GiB past the threshold, measured as the raylet measures it
+        # (memory other processes free meanwhile would otherwise leave a fixed fill short of
+        # the threshold: one clean-clone run filled 6 GiB and the rank lived), never closer than
+        # 1.5 GiB to the whole machine.
+        stop_at = min(threshold * total + 2 * 2**30, total - 1.5 * 2**30)
+        while alive(victim) and proc.poll() is None and get_used_memory() < stop_at:
             fill.append(b"\x01" * CHUNK)
             time.sleep(0.2)
         filled, killed_after = len(fill) * CHUNK / 2**30, time.time() - filling_from
