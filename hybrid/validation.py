@@ -63,14 +63,14 @@ class Validation:
             input_rows.extend(f"{batch_index}:{i // n}" for i in range(len(batch)))
             prompt_texts = self.tokenizer.batch_decode(batch.batch["prompts"], skip_special_tokens=True)
             prompts.update(prompt_texts)
+            logged = len(samples) < self.config.trainer.log_val_generations
+            if dump_dir or logged:  # decoded once for both
+                responses = self.tokenizer.batch_decode(batch.batch["responses"], skip_special_tokens=True)
             if dump_dir:
                 dumped["inputs"].extend(prompt_texts)
-                dumped["outputs"].extend(
-                    self.tokenizer.batch_decode(batch.batch["responses"], skip_special_tokens=True)
-                )
+                dumped["outputs"].extend(responses)
                 dumped["gts"].extend(ground_truths(batch))
-            if len(samples) < self.config.trainer.log_val_generations:
-                responses = self.tokenizer.batch_decode(batch.batch["responses"], skip_special_tokens=True)
+            if logged:
                 samples.extend(zip(prompt_texts, responses, seq_scores))
         infos = {"reward": scores}
         infos.update(
