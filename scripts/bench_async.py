@@ -50,6 +50,7 @@ from pathlib import Path
 
 from scripts import latency_env
 from scripts.bench_agent_loop import device_name
+from scripts.bench_report import git_commit, write_report
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH_DIR = REPO / ".bench" / "bench_async"
@@ -453,11 +454,6 @@ def accuracy_runs(args) -> dict:
     return {**out, "val_size": args.val_size, "val_files": val_files, "errors": errors}
 
 
-def git_commit() -> str:
-    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
-    return done.stdout.strip() or "unknown"
-
-
 def run_setup(bench: str, args, argv: list[str] | None, **more) -> dict:
     """The `setup` record of a bench's JSON: its arguments, machine, commit and command line."""
     return {
@@ -467,15 +463,6 @@ def run_setup(bench: str, args, argv: list[str] | None, **more) -> dict:
         **more,
         "command": " ".join([f"python -m scripts.{bench}", *(sys.argv[1:] if argv is None else argv)]),
     }
-
-
-def write_report(bench: str, doc: dict, json_path: str | None, bench_dir: Path) -> Path:
-    """Write the bench's numbers to --json PATH (default <bench_dir>/<bench>-<time>.json)."""
-    path = Path(json_path) if json_path else bench_dir / f"{bench}-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=2))
-    print(f"wrote {path}")
-    return path
 
 
 def print_report(doc: dict, args) -> None:

@@ -16,6 +16,8 @@ import shutil
 import tempfile
 import time
 
+from scripts.bench_report import add_json_argument, write_report
+
 
 def _size_mb(path: str) -> float:
     total = 0
@@ -29,6 +31,7 @@ def _parse_args(argv):
     parser.add_argument("--model_path", default=None)
     parser.add_argument("--out", default=None, help="scratch folder (default: a temporary one, removed after)")
     parser.add_argument("--lora_rank", type=int, default=0)
+    add_json_argument(parser, "bench_checkpoint")
     return parser.parse_args(argv)
 
 
@@ -64,8 +67,8 @@ def _build(args, arr, tokenizer):
     return module, optimizer, ckpt
 
 
-def _round_trip(args, arr, tokenizer, out: str) -> None:
-    """One AdamW step, then the timed save, `hf_model` export, load and merge, printed."""
+def _round_trip(args, arr, tokenizer, out: str) -> dict:
+    """One AdamW step, then the timed save, `hf_model` export, load and merge: printed and returned."""
     import torch
 
     from hybrid.model_merge import merge
@@ -98,6 +101,21 @@ def _round_trip(args, arr, tokenizer, out: str) -> None:
     print(f"load  {load_s:6.2f} s  ({', '.join(f'{k} {v:.2f}' for k, v in load_parts.items())})")
     print(f"hf_model export {export_s:6.2f} s  {_size_mb(os.path.join(out, 'hf_export', 'huggingface')):.0f} MB")
     print(f"merge {merge_s:6.2f} s  {_size_mb(os.path.join(out, 'merged')):.0f} MB")
+    return {
+        "model_path": args.model_path,
+        "parameters": params,
+        "lora_rank": args.lora_rank,
+        "threads": torch.get_num_threads(),
+        "save_s": save_s,
+        "save_parts_s": parts,
+        "checkpoint_mb": _size_mb(path),
+        "load_s": load_s,
+        "load_parts_s": load_parts,
+        "hf_export_s": export_s,
+        "hf_export_mb": _size_mb(os.path.join(out, "hf_export", "huggingface")),
+        "merge_s": merge_s,
+        "merged_mb": _size_mb(os.path.join(out, "merged")),
+    }
 
 
 def main(argv=None) -> None:
@@ -122,7 +140,7 @@ def main(argv=None) -> None:
     tokenizer = AutoTokenizer.from_pretrained(args.model_path)
     out = args.out or tempfile.mkdtemp(prefix="bench_ckpt_")
     try:
-        _round_trip(args, arr, tokenizer, out)
+        write_report("bench_checkpoint", _round_trip(args, arr, tokenizer, out), args.json)
     finally:
         if args.out is None:
             shutil.rmtree(out, ignore_errors=True)

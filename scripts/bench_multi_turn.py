@@ -34,6 +34,7 @@ import sys
 import time
 
 from reward.environments import BaseTextEnv, register_env
+from scripts.bench_report import add_json_argument, write_report
 
 MT = "actor_rollout_ref.rollout.multi_turn"
 
@@ -125,6 +126,7 @@ def main(argv=None) -> int:
     parser.add_argument("--tokens-per-turn", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("overrides", nargs="*", help="config overrides (key=value) for both runs")
+    add_json_argument(parser, "bench_multi_turn")
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
 
@@ -172,6 +174,25 @@ def main(argv=None) -> int:
     )
     if any(tokens != expected for tokens in model_tokens.values()):
         print(f"warning: expected {expected} model tokens per run; got {model_tokens}")
+    rows = [
+        {
+            "rollout": name,
+            "model_tokens": model_tokens[key],
+            "seconds": r["seconds"],
+            "engine_seconds": r["engine_seconds"],
+            "tokens_per_s": tps[key],
+            "ratio": tps[key] / tps["single"],
+        }
+        for name, key, r in (("single-turn", "single", single), ("multi-turn", "multi", multi))
+    ]
+    settings = {k: v for k, v in vars(args).items() if k != "json"}
+    doc = {
+        "settings": settings,
+        "rows": rows,
+        "turn_overhead_s": overhead,
+        "turn_overhead_share": overhead / multi["seconds"],
+    }
+    write_report("bench_multi_turn", doc, args.json)
     return 0
 
 

@@ -43,8 +43,8 @@ from scripts.bench_async import (
     run_setup,
     train,
     workload_overrides,
-    write_report,
 )
+from scripts.bench_report import write_report
 from scripts.latency_judge import LatencyJudge
 
 BENCH_DIR = REPO / ".bench" / "bench_reward_loop"

@@ -29,6 +29,8 @@ import subprocess
 import sys
 import time
 
+from scripts.bench_report import add_json_argument, write_report
+
 
 def _settings(args) -> dict:
     return {
@@ -172,7 +174,7 @@ def _loaded_libraries() -> list[str]:
     return sorted(os.path.basename(p) for p in paths if any(k in p for k in ("iomp", "gomp", "tcmalloc", "jemalloc")))
 
 
-def _report(args, results: dict) -> None:
+def _report(args, results: dict) -> dict:
     best = {mode: min(runs, key=lambda r: r["seconds"]) for mode, runs in results.items()}
     tps = {mode: r["tokens"] / r["seconds"] for mode, r in best.items()}
     base = tps.get("standalone", tps["fused"])
@@ -199,6 +201,21 @@ def _report(args, results: dict) -> None:
         print(f"fused / standalone = {tps['fused'] / tps['standalone']:.2f} (goal >= 0.9)")
     if any(r["tokens"] != expected for r in best.values()):
         print(f"warning: expected {expected} tokens per run; got {[r['tokens'] for r in best.values()]}")
+    rows = [
+        {
+            "engine": mode,
+            "tokens": r["tokens"],
+            "seconds": r["seconds"],
+            "tokens_per_s": tps[mode],
+            "ratio": tps[mode] / base,
+        }
+        for mode, r in best.items()
+    ]
+    return {
+        "settings": {k: v for k, v in vars(args).items() if k not in ("json", "child", "settings")},
+        "rows": rows,
+        "rounds": results,
+    }
 
 
 def main(argv=None) -> int:
@@ -216,6 +233,7 @@ def main(argv=None) -> int:
         help="config override for both sides (repeatable)",
     )
     parser.add_argument("--fused-only", action="store_true", help="time only the fused worker")
+    add_json_argument(parser, "bench_rollout")
     parser.add_argument("--child", choices=["standalone", "fused"], help=argparse.SUPPRESS)
     parser.add_argument("--settings", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -231,7 +249,7 @@ def main(argv=None) -> int:
     for _ in range(args.rounds):
         for mode in modes:
             results[mode].append(_child(mode, settings))
-    _report(args, results)
+    write_report("bench_rollout", _report(args, results), args.json)
     return 0
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from scripts.bench_vs_trl import BENCH_DIR, REPO, LoadSampler, _env, ensure_trl_venv, machine_info
 
-WORKER = REPO / "scripts" / "bench_sft_trl_worker.py"
+WORKER = REPO / "scripts" / "trl_worker_sft.py"
 GOAL_RATIO = 1.5
 SETTINGS = {
     "batch_size": 32,

@@ -51,7 +51,8 @@ import sys
 import time
 from pathlib import Path
 
-from scripts.bench_update_counts import (
+from scripts.bench_report import add_json_argument, write_report
+from scripts.update_counts import (
     cpu_snapshot,
     format_table,
     logit_positions,
@@ -452,6 +453,7 @@ def main(argv=None) -> int:
         default="auto",
         help="the actor's fsdp_config.mixed_precision (default: auto, as the default job)",
     )
+    add_json_argument(parser, "bench_update")
     parser.add_argument("--child-record", help=argparse.SUPPRESS)
     parser.add_argument("--child-variant", choices=list(VARIANTS), help=argparse.SUPPRESS)
     parser.add_argument("--batch", help=argparse.SUPPRESS)
@@ -490,9 +492,7 @@ def main(argv=None) -> int:
             "mixed_precision": args.mixed_precision,
         }
     )
-    out = BENCH_DIR / f"bench_update-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    out.write_text(json.dumps(report, indent=2, default=str))
-    print(f"written to {out.relative_to(REPO)}")
+    write_report("bench_update", report, args.json, BENCH_DIR)
     return 0
 
 

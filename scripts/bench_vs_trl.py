@@ -11,7 +11,7 @@ reference model, one optimizer update per step on micro-batches of 8 samples, th
 reward (reward.scorers.arithmetic.compute_score), and the same number of steps.
 
 TRL runs in its own virtual environment (.bench/trl-venv, created on first use, pinned
-below, no vLLM: rollout is transformers `generate`), through scripts/bench_trl_worker.py,
+below, no vLLM: rollout is transformers `generate`), through scripts/trl_worker_grpo.py,
 with use_cpu=True. Its precision: `auto` picks bf16 where the CPU has fast bf16 matmuls
 (AVX-512 bf16 / AMX, the same test hybrid's `auto` dtypes use) and fp32 otherwise;
 `both` runs it twice and compares hybrid with the faster of the two. hybrid runs as
@@ -35,11 +35,13 @@ import time
 import tomllib
 from pathlib import Path
 
+from scripts.bench_report import write_report
+
 REPO = Path(__file__).resolve().parents[1]
 BENCH_DIR = REPO / ".bench"
 TRL_VENV = BENCH_DIR / "trl-venv"
 STAMP = "hybrid-bench-stamp.json"
-WORKER = REPO / "scripts" / "bench_trl_worker.py"
+WORKER = REPO / "scripts" / "trl_worker_grpo.py"
 
 TRL_VERSION = "1.16.0"
 DATASETS_VERSION = "5.2.0"
@@ -387,7 +389,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--threads", type=int, default=os.cpu_count() or 1, help="OMP_NUM_THREADS for both runs (default: all cores)"
     )
-    parser.add_argument("--out", type=Path, default=None, help="result JSON (default .bench/bench_vs_trl-<time>.json)")
+    parser.add_argument(
+        "--json",
+        "--out",
+        dest="json",
+        type=Path,
+        default=None,
+        help="result JSON (default .bench/bench_vs_trl-<time>.json)",
+    )
     parser.add_argument("--install-only", action="store_true", help="create TRL's virtual environment and stop")
     args = parser.parse_args(argv)
     if args.steps < 1:
@@ -441,10 +450,7 @@ def main(argv: list[str] | None = None) -> int:
         "goal_ratio": GOAL_RATIO,
         "results": results,
     }
-    out = args.out or BENCH_DIR / f"bench_vs_trl-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2))
-    print(f"results: {out}")
+    write_report("bench_vs_trl", report, args.json, BENCH_DIR)
     return 0
 
 

@@ -25,6 +25,8 @@ import platform
 import sys
 import time
 
+from scripts.bench_report import add_json_argument, write_report
+
 
 def _step_phases(group, train_dl) -> dict[str, float]:
     """Seconds of one training step's phases on a real rollout, for scale."""
@@ -72,6 +74,7 @@ def main(argv=None) -> int:
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--n", type=int, default=4)
     parser.add_argument("--tokens", type=int, default=64)
+    add_json_argument(parser, "bench_weight_sync")
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
 
@@ -121,6 +124,21 @@ def main(argv=None) -> int:
     print(f"sync / reload = {best_sync / best_reload:.2f} (goal <= 1.5); sync / step = {best_sync / step:.3f}")
     print(f"  all sync s {[round(t, 3) for t in sync_times]}; all reload s {[round(t, 3) for t in reload_times]}")
     group.shutdown()
+    rows = [
+        {"what": "engine reload_weights (baseline)", "seconds": best_reload, "ratio": 1.0},
+        {"what": "hybrid sync (gather + reload)", "seconds": best_sync, "ratio": best_sync / best_reload},
+        {"what": "sync after an update (in step)", "seconds": after_update, "ratio": after_update / best_reload},
+    ]
+    doc = {
+        "settings": {k: v for k, v in vars(args).items() if k != "json"},
+        "bytes": num_bytes,
+        "rows": rows,
+        "step_phases_s": phases,
+        "step_s": step,
+        "sync_times_s": sync_times,
+        "reload_times_s": reload_times,
+    }
+    write_report("bench_weight_sync", doc, args.json)
     return 0
 
 

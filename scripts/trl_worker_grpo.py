@@ -1,6 +1,6 @@
 """TRL's side of scripts/bench_vs_trl.py: runs inside TRL's own virtual environment.
 
-    <trl-venv>/bin/python scripts/bench_trl_worker.py SPEC.json
+    <trl-venv>/bin/python scripts/trl_worker_grpo.py SPEC.json
 
 SPEC.json (written by bench_vs_trl.py) names the model folder, the prompts in the order
 hybrid's dataloader draws them, and the shared settings. This file imports nothing of
@@ -222,6 +222,6 @@ def main(spec_path: str) -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
-        raise SystemExit("usage: bench_trl_worker.py SPEC.json")
+        raise SystemExit("usage: trl_worker_grpo.py SPEC.json")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     main(sys.argv[1])

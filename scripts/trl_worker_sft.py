@@ -1,6 +1,6 @@
 """TRL's side of scripts/bench_sft.py: runs inside TRL's own virtual environment.
 
-    <trl-venv>/bin/python scripts/bench_sft_trl_worker.py SPEC.json
+    <trl-venv>/bin/python scripts/trl_worker_sft.py SPEC.json
 
 SPEC.json (written by bench_sft.py) names the model folder, the tokenized samples (input ids
 and completion mask, exactly the tokens hybrid trains, in the order hybrid's data loader
