@@ -45,8 +45,18 @@ class RLSampler(Sampler):
         return self.data_len
 
 
+# verl seeds its RandomSampler's torch.Generator only when data.seed is set; an unseeded
+# generator starts from torch's default seed, so a null seed shuffles the same way each run.
+UNSEEDED = torch.Generator().initial_seed()
+
+
+def shuffle_seed(seed: int | None) -> int:
+    """The shuffle's seed for `data.seed` (null: torch's default generator seed, as in verl)."""
+    return UNSEEDED if seed is None else int(seed)
+
+
 def create_rl_sampler(data_config, dataset) -> RLSampler:
-    return RLSampler(len(dataset), shuffle=data_config.shuffle, seed=data_config.seed)
+    return RLSampler(len(dataset), shuffle=data_config.shuffle, seed=shuffle_seed(data_config.seed))
 
 
 class StatefulDataLoader:

@@ -58,6 +58,8 @@ def build_dataloaders(config, tokenizer, processor=None):
 
 def domain_sampler(data, train_ds):
     """ROLL's per-domain quotas (hybrid/domains.py): each training row's domain, the sampler."""
+    from hybrid.data_loader import shuffle_seed
+
     domains = assign_domains(train_ds.rows, data.domain_tags, data.default_domain, "training")
     quotas = domain_quotas(data.domain_quotas, data.train_batch_size)
     _scored_domains(data, [d for d in domains if d in quotas])
@@ -67,7 +69,7 @@ def domain_sampler(data, train_ds):
         + ", ".join(f"{d} {q} prompts per batch of {counts[d]} rows" for d, q in quotas.items())
         + f" (rows of other domains not drawn: {len(domains) - sum(counts.values())})"
     )
-    return DomainQuotaSampler(domains, quotas, shuffle=data.shuffle, seed=data.seed)
+    return DomainQuotaSampler(domains, quotas, shuffle=data.shuffle, seed=shuffle_seed(data.seed))
 
 
 def _scored_domains(data, domains: list[str]) -> None:

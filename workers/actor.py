@@ -22,12 +22,12 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from protocol.data_proto import DataProto
+from workers.compiled_entropy import entropy_function
 from workers.config.batching import MicroBatching
 from workers.device import current_device
 from workers.losses import (
     agg_loss,
     compute_policy_loss_reinforce,
-    entropy_from_logits,
     get_policy_loss_fn,
     kl_penalty,
     logprobs_from_logits,
@@ -55,7 +55,8 @@ class DataParallelPPOActor:
     (workers/shared_prefix.py; `actor.use_prefix_grouper`). `chunk_logits`: log-probs and
     entropy come from the fused, chunked output layer (workers/response_head.py;
     `model.use_fused_kernels`). `sp`: this rank's sequence-parallel group; the rows given
-    are then the whole group's (workers/ulysses.py)."""
+    are then the whole group's (workers/ulysses.py). `use_torch_compile`: the entropy goes
+    through torch.compile, as verl's (workers/compiled_entropy.py)."""
 
     def __init__(
         self,
@@ -68,8 +69,10 @@ class DataParallelPPOActor:
         share_prompts: bool = False,
         chunk_logits: bool = False,
         sp: SequenceParallel | None = None,
+        use_torch_compile: bool = False,
     ):
         self.config = config
+        self.entropy_from_logits = entropy_function(use_torch_compile)
         self.share_prompts = share_prompts
         self.sp = sp
         self.chunk_logits = chunk_logits
@@ -105,10 +108,10 @@ class DataParallelPPOActor:
             log_probs = logprobs_from_logits(logits, labels)
             entropy = None
             if calculate_entropy and entropy_grad:
-                entropy = entropy_from_logits(logits)
+                entropy = self.entropy_from_logits(logits)
             elif calculate_entropy:
                 with torch.no_grad():
-                    entropy = entropy_from_logits(logits.detach())
+                    entropy = self.entropy_from_logits(logits.detach())
         if valid is None:
             return log_probs, entropy
         log_probs = to_rows(split.gather(log_probs), valid)

@@ -163,6 +163,7 @@ class ActorRolloutRefWorker(ProfiledWorker, Worker):
             share_prompts=actor.share_prompts,
             chunk_logits=uses_fused_head(self.config.model.use_fused_kernels, self.actor_module),
             sp=self.sp,
+            use_torch_compile=actor.use_torch_compile,
         )
         if self.sp:
             check_heads(self.hf_config, self.sp.size, SP_KEY)
@@ -191,6 +192,7 @@ class ActorRolloutRefWorker(ProfiledWorker, Worker):
             share_prompts=self.config.actor.share_prompts,
             chunk_logits=chunk_logits,
             sp=self.sp,
+            use_torch_compile=self.config.ref.use_torch_compile,
         )
         if self.sp:
             check_heads(ref_config, self.sp.size, SP_KEY)

@@ -112,8 +112,15 @@ def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Te
     return result.reshape(labels.shape)
 
 
-def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
-    """Categorical entropy ``logsumexp(z) - sum(softmax(z) * z)`` over the last dim, chunked."""
+def chunk_entropy(chunk: torch.Tensor) -> torch.Tensor:
+    """Entropy of each row of one chunk of float logits (verl's ``entropy_from_logits``)."""
+    probs = F.softmax(chunk, dim=-1)
+    return torch.logsumexp(chunk, dim=-1) - (probs * chunk).sum(dim=-1)
+
+
+def entropy_from_logits(logits: torch.Tensor, chunk_fn=chunk_entropy) -> torch.Tensor:
+    """Categorical entropy ``logsumexp(z) - sum(softmax(z) * z)`` over the last dim, chunked;
+    `chunk_fn` computes one chunk (workers/compiled_entropy.py passes a torch.compiled one)."""
     vocab = logits.shape[-1]
     flat = logits.reshape(-1, vocab)
     out = []
@@ -121,8 +128,7 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
         chunk = flat[s:e]
         if chunk.dtype not in (torch.float32, torch.float64):
             chunk = chunk.float()
-        probs = F.softmax(chunk, dim=-1)
-        out.append(torch.logsumexp(chunk, dim=-1) - (probs * chunk).sum(dim=-1))
+        out.append(chunk_fn(chunk))
     result = torch.cat(out) if out else flat.new_zeros(0, dtype=torch.float32)
     return result.reshape(logits.shape[:-1])
 

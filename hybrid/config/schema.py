@@ -102,7 +102,9 @@ class DataConfig:
     return_raw_chat: bool
     return_full_prompt: bool
     shuffle: bool
-    seed: int
+    # null (verl's default): the shuffle is torch's unseeded generator's, the same each run
+    # (hybrid/data_loader.py shuffle_seed); max_samples rows are drawn from fresh entropy (hybrid/data.py)
+    seed: int | None
     dataloader_num_workers: Annotated[int, NonNegative()]
     filter_overlong_prompts: bool
     filter_overlong_prompts_workers: PositiveInt

@@ -155,7 +155,6 @@ def test_async_mode_needs_the_vllm_engine_and_the_endpoint_needs_async():
     [
         (f"{ARR}.rollout.agent.custom_async_server.path=my_server.py", "drives its in-process vLLM engine itself"),
         (f"{ARR}.hybrid_engine=false", "set rollout.n_gpus_per_node (and rollout.nnodes) to their count"),
-        (f"{ARR}.actor.use_torch_compile=true", "does not torch.compile"),
         (f"{ARR}.actor.fsdp_config.fsdp_size=0", "must be -1 (shard over all ranks) or a positive group size"),
         ("trainer.default_hdfs_dir=hdfs://x", "default_local_dir only"),
         ("reward_model.launch_reward_fn_async=true", "computed on the driver"),

@@ -111,7 +111,6 @@ def test_verl_reward_loop_script_keys_compose():
 @pytest.mark.parametrize(
     ("override", "reason"),
     [
-        (f"{ARR}.ref.use_torch_compile=True", "hybrid does not torch.compile its models"),
         ("reward_model.rollout.data_parallel_size=2", "no vLLM data parallel"),
         ("reward_model.rollout.name=sglang", "hybrid serves the reward model with vLLM"),
         ("reward_model.rollout.skip_tokenizer_init=True", "the engine's tokenizer must read"),

@@ -17,7 +17,7 @@ from protocol.config_schema import (
     derived,
 )
 from workers.config.batching import LogProbBatching, MicroBatching, mini_batch_samples_per_rank
-from workers.config.fields import FSDP, NO_COMPILE
+from workers.config.fields import FSDP
 from workers.config.model import ActorOptimConfig, CheckpointConfig, FSDPConfig, TrainFSDPConfig
 from workers.config.profiler import ProfilerConfig
 from workers.losses import AGG_LOSS_MODES, POLICY_LOSS_REGISTRY
@@ -73,7 +73,7 @@ class ActorConfig:
     ppo_epochs: PositiveInt
     shuffle: bool
     data_loader_seed: int | None
-    use_torch_compile: Annotated[bool, NO_COMPILE]
+    use_torch_compile: bool  # the entropy through torch.compile, as verl's (workers/compiled_entropy.py)
     tis_imp_ratio_cap: float
     skip_old_log_prob_on_policy: bool
     entropy_from_logits_with_chunking: bool  # both values: entropy is always chunked
@@ -130,7 +130,7 @@ class RefConfig(LogProbBatching):
     log_prob_micro_batch_size_per_gpu: OptionalPositiveInt
     log_prob_use_dynamic_bsz: bool
     log_prob_max_token_len_per_gpu: PositiveInt
-    use_torch_compile: Annotated[bool, NO_COMPILE]
+    use_torch_compile: bool  # the entropy through torch.compile, as verl's (workers/compiled_entropy.py)
     entropy_from_logits_with_chunking: bool
     entropy_checkpointing: bool
     ulysses_sequence_parallel_size: PositiveInt  # the actor's (one worker holds both)
