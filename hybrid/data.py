@@ -21,6 +21,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from reward.row_fields import IMAGES_SEEN, images_seen
+
 TRUNCATION_MODES = ("error", "left", "right", "middle")
 _FIX_LENGTH = (
     "raise data.max_prompt_length, set data.filter_overlong_prompts=true to drop such rows, "
@@ -321,6 +323,10 @@ class RLHFDataset(Dataset):
 
     def _vision_item(self, item: int, row: dict, prompt, where: str) -> dict:
         row.update(self.vision.encode(row, prompt, where, self.return_full_prompt))
+        # what the model saw of the images, for scorers that read box coordinates (reward/row_fields.py)
+        processor = self.vision.processor
+        grid = row["multi_modal_inputs"].get("image_grid_thw")
+        row[IMAGES_SEEN] = images_seen(processor.config.model_type, processor.image_processor.patch_size, grid)
         if self.return_raw_chat:
             row["raw_prompt"] = prompt.tolist() if isinstance(prompt, np.ndarray) else prompt
         return self._with_index(item, row)

@@ -2,9 +2,13 @@
 
 ROLL (roll/pipeline/rlvr/rlvr_pipeline.py) gives each row a domain: its own `domain` column when
 set, else the domain whose `rewards.<domain>.tag_included` lists the row's `tag`, else
-`math_rule`. Every batch of `rollout_batch_size` prompts is then made of fixed quotas, one per
-domain in the order `domain_interleave_probs` lists them: `int(probability * batch)` prompts
-for each domain but the last, and the rest for the last (its probability is not read). Each
+`math_rule`. ROLL's VLM pipeline (rlvr_vlm_pipeline.py, the one a vision-language policy
+trains with) keeps neither column from the file: its dataset's tag is the row's `data_source`
+(roll/datasets/vlm_dataset_utils.py), and the domain follows from that tag alone; so here for a
+vision-language policy (`assign_domains(..., vision=True)`). Every batch of
+`rollout_batch_size` prompts is then made of fixed quotas, one per domain in the order
+`domain_interleave_probs` lists them: `int(probability * batch)` prompts for each domain but
+the last, and the rest for the last (its probability is not read). Each
 domain draws from its own rows as an endless stream (roll/distributed/scheduler/
 generate_scheduler.py, `get_next_dataset_item`): a domain's epoch is one pass over its rows,
 shuffled in place by `random.seed(seed + epoch); random.shuffle(indices)` (so each epoch
@@ -26,6 +30,7 @@ from collections.abc import Mapping, Sequence
 
 DOMAIN_COLUMN = "domain"  # ROLL's column names
 TAG_COLUMN = "tag"
+VISION_TAG_COLUMN = "data_source"  # ROLL's VLM pipeline: a row's tag is its data_source
 
 
 class DomainError(ValueError):
@@ -68,21 +73,28 @@ def tag_domains(domain_tags: Mapping[str, Sequence[str]]) -> dict[str, str]:
 
 
 def assign_domains(
-    rows: list[dict], domain_tags: Mapping[str, Sequence[str]], default_domain: str | None, what: str = "data"
+    rows: list[dict],
+    domain_tags: Mapping[str, Sequence[str]],
+    default_domain: str | None,
+    what: str = "data",
+    vision: bool = False,
 ) -> list[str]:
     """Each row's domain, written into its `domain` column too (the reward managers route by it):
     the row's own `domain` when set, else the domain whose tags include its `tag`, else
-    `default_domain` (ROLL: math_rule)."""
+    `default_domain` (ROLL: math_rule). `vision` (ROLL's VLM pipeline): the tag is the row's
+    `data_source` and a `domain` column of the file is not read."""
     owner = tag_domains(domain_tags)
+    tag_column = VISION_TAG_COLUMN if vision else TAG_COLUMN
+    label = "data_source (its tag in ROLL's VLM pipeline)" if vision else "tag"
     domains = []
     for i, row in enumerate(rows):
-        domain = row.get(DOMAIN_COLUMN)
+        domain = None if vision else row.get(DOMAIN_COLUMN)
         if domain is None:
-            domain = owner.get(row.get(TAG_COLUMN), default_domain)
+            domain = owner.get(row.get(tag_column), default_domain)
             if domain is None:
                 raise DomainError(
-                    f"{what} row {i}: no 'domain' column and its tag {row.get(TAG_COLUMN)!r} is in no "
-                    f"data.domain_tags list; add the tag to a domain or set data.default_domain"
+                    f"{what} row {i}: no 'domain' column and its {label} {row.get(tag_column)!r} is in no "
+                    f"data.domain_tags list; add the {label} to a domain or set data.default_domain"
                 )
             row[DOMAIN_COLUMN] = domain
         domains.append(str(domain))
@@ -256,6 +268,7 @@ __all__ = [
     "DomainError",
     "DomainQuotaSampler",
     "TAG_COLUMN",
+    "VISION_TAG_COLUMN",
     "assign_domains",
     "check_domain_settings",
     "domain_quotas",

@@ -44,7 +44,10 @@ def build_dataloaders(config, tokenizer, processor=None):
     if data.val_files:
         val_ds = create_rl_dataset(data.val_files, data, tokenizer, processor, data.val_max_samples)
         if data.domain_quotas:  # ROLL gives validation rows their domains too; each is scored by its domain's
-            _scored_domains(data, assign_domains(val_ds.rows, data.domain_tags, data.default_domain, "validation"))
+            _scored_domains(
+                data,
+                assign_domains(val_ds.rows, data.domain_tags, data.default_domain, "validation", processor is not None),
+            )
         val_dl = create_dataloader(
             val_ds,
             data.val_batch_size or len(val_ds),
@@ -60,7 +63,10 @@ def domain_sampler(data, train_ds):
     """ROLL's per-domain quotas (hybrid/domains.py): each training row's domain, the sampler."""
     from hybrid.data_loader import shuffle_seed
 
-    domains = assign_domains(train_ds.rows, data.domain_tags, data.default_domain, "training")
+    # a vision-language policy's rows take their tag from data_source, as in ROLL's VLM pipeline
+    domains = assign_domains(
+        train_ds.rows, data.domain_tags, data.default_domain, "training", train_ds.vision is not None
+    )
     quotas = domain_quotas(data.domain_quotas, data.train_batch_size)
     _scored_domains(data, [d for d in domains if d in quotas])
     counts = {d: domains.count(d) for d in quotas}

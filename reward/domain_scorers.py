@@ -7,6 +7,10 @@ reward managers' compute_score: the value of the row's `data.reward_fn_key` colu
 `domain` with domains: hybrid/domains.py writes each row's domain there) picks the scorer.
 `data.domain_scorer_kwargs.<domain>` holds that domain's own keyword arguments (a ROLL
 worker's options), the manager's passed-on reward_kwargs go to every scorer that takes them.
+A scorer module's `ROW_FIELDS` names the row's own fields it reads (ROLL's per-row reward
+settings, the image size the model saw: reward/row_fields.py); the reward managers pass each
+row's fields (`row=`) when `reads_rows`, and its `check_start()`, when it has one, runs here,
+before any model loads.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ import importlib
 import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
+
+from .row_fields import scorer_row_kwargs
 
 
 def load_scorer(name: str, where: str) -> Callable:
@@ -31,6 +37,11 @@ def load_scorer(name: str, where: str) -> Callable:
     if not callable(fn):
         raise ValueError(f"{where}={name!r}: reward/scorers/{name}.py has no compute_score function")
     return fn
+
+
+def row_field_names(fn: Callable) -> tuple[str, ...]:
+    """The row fields the scorer's module lists in ROW_FIELDS (none for most scorers)."""
+    return tuple(getattr(inspect.getmodule(fn), "ROW_FIELDS", ()))
 
 
 def keyword_options(fn: Callable) -> frozenset[str]:
@@ -51,6 +62,12 @@ class DomainScorers:
             raise ValueError(f"data.domain_scorer_kwargs: domain(s) {', '.join(unknown)} have no data.domain_scorers")
         self.fns = {d: load_scorer(n, f"data.domain_scorers.{d}") for d, n in self.names.items()}
         self.options = {d: keyword_options(fn) for d, fn in self.fns.items()}
+        self.row_fields = {d: row_field_names(fn) for d, fn in self.fns.items()}
+        self.reads_rows = any(self.row_fields.values())
+        for domain, fn in self.fns.items():
+            check = getattr(inspect.getmodule(fn), "check_start", None)
+            if check is not None:
+                check(f"data.domain_scorers.{domain}={self.names[domain]}")
         for domain, kwargs in self.kwargs.items():
             extra = sorted(set(kwargs) - self.options[domain])
             if extra:
@@ -68,7 +85,7 @@ class DomainScorers:
                 f"give a domain's own options in data.domain_scorer_kwargs.<domain>"
             )
 
-    def __call__(self, data_source, solution_str, ground_truth, extra_info=None, **kwargs):
+    def __call__(self, data_source, solution_str, ground_truth, extra_info=None, row=None, **kwargs):
         fn = self.fns.get(data_source)
         if fn is None:
             raise ValueError(
@@ -80,6 +97,9 @@ class DomainScorers:
         if "extra_info" in options:
             passed["extra_info"] = extra_info
         passed.update(self.kwargs.get(data_source, {}))
+        if self.row_fields[data_source]:
+            where = f"data.domain_scorers.{data_source}={self.names[data_source]}"
+            passed.update(scorer_row_kwargs(self.row_fields[data_source], row, where))
         return fn(solution_str, ground_truth, **passed)
 
     def __reduce__(self):
@@ -89,4 +109,4 @@ class DomainScorers:
         return f"DomainScorers({self.names})"
 
 
-__all__ = ["DomainScorers", "keyword_options", "load_scorer"]
+__all__ = ["DomainScorers", "keyword_options", "load_scorer", "row_field_names"]

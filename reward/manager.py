@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 
+from .row_fields import row_fields
 from .scorers import default_compute_score
 from .user_code import describe_callable
 
@@ -58,6 +59,10 @@ class Sample:
     ground_truth: Any
     extra_info: Any
     response_length: int
+    row: dict | None = None  # the row's own fields, for a compute_score that `reads_rows` (reward/row_fields.py)
+
+    def row_kwargs(self) -> dict:
+        return {} if self.row is None else {"row": self.row}
 
 
 def default_batch_compute_score(data_sources, solution_strs, ground_truths, extra_infos, **kwargs):
@@ -109,6 +114,7 @@ class RewardManagerBase(abc.ABC):
             [responses[i, : int(n)].tolist() for i, n in enumerate(lengths)], skip_special_tokens=True
         )
         extra_infos = non_tensor.get("extra_info")
+        reads_rows = getattr(self.compute_score, "reads_rows", False)  # DomainScorers with ROW_FIELDS
         samples = []
         for i, text in enumerate(texts):
             reward_model = non_tensor["reward_model"][i]
@@ -122,6 +128,7 @@ class RewardManagerBase(abc.ABC):
                     ground_truth=reward_model["ground_truth"],
                     extra_info=None if extra_infos is None else extra_infos[i],
                     response_length=int(lengths[i]),
+                    row=row_fields(non_tensor, i) if reads_rows else None,
                 )
             )
         return samples
@@ -141,6 +148,7 @@ class RewardManagerBase(abc.ABC):
                 solution_str=sample.response_str,
                 ground_truth=sample.ground_truth,
                 extra_info=sample.extra_info,
+                **sample.row_kwargs(),
                 **self.score_kwargs,
             )
         except Exception as e:
@@ -443,6 +451,7 @@ class PrimeRewardManager(RewardManagerBase):
                 solution_str=s.response_str,
                 ground_truth=s.ground_truth,
                 extra_info=s.extra_info,
+                **s.row_kwargs(),
                 **self.score_kwargs,
             )
             futures[pool.submit(_score_in_worker, self.timeout_s, kwargs)] = s.index

@@ -25,18 +25,13 @@ WORKER_SCORERS = {
     "CrossThinkQARuleRewardWorker": "roll_crossthinkqa",
     "GeneralRuleRewardWorker": "roll_ifeval",
     "CodeSandboxRewardWorker": "roll_code",
+    # each row's reward_model settings and image size reach it (reward/row_fields.py)
+    "DetectionRewardWorker": "roll_detection",
 }
 RULE_REWARD_WORKERS = tuple(WORKER_SCORERS)
 REWARD_WORKER_REFUSALS = {
     "IfEvalRuleRewardWorker": (
         "no class of that name in ROLL (its IFEval worker is GeneralRuleRewardWorker, which maps to roll_ifeval)"
-    ),
-    # the scorer exists and matches ROLL's verifier; what it reads per row does not reach it yet
-    "DetectionRewardWorker": (
-        "reward/scorers/roll_detection.py computes its reward (checked against ROLL's DetectionVerifier), but a run "
-        "is not wired: each row's reward_model.verifier_parm / format_ratio / accuracy_ratio and its image size "
-        "(image_grid_thw) do not reach a scorer, and ROLL's VLM pipeline takes a row's tag from data_source, which "
-        "hybrid's domains do not read"
     ),
 }
 

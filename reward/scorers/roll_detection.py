@@ -22,6 +22,14 @@ The same numbers as ROLL's roll/pipeline/rlvr/rewards/detection_reward_worker.py
   maps predicted boxes to 0..1000 by that size (`image_hw`, from image_grid_thw * patch).
 - The reward is accuracy * a / (a + f) + format * f / (a + f) (a, f: the row's
   accuracy_ratio, default 1.0, and format_ratio, default 0.1), in float16 as ROLL's.
+
+In a run (data.domain_scorers.<domain>=roll_detection, the ROLL dialect's mapping of
+DetectionRewardWorker) each row's `verifier_parm`, `format_ratio` and `accuracy_ratio` come
+from its reward_model and `images_seen` from the dataset (ROW_FIELDS, reward/row_fields.py):
+ROLL normalises by the first image's size only when the processor is Qwen2.5-VL's (its
+processor class name starts with Qwen2_5), here when the policy's model_type is qwen2_5_vl.
+DET_IOU_THRESHOLD=dynamic (the training step's share of the run) is refused at start
+(`check_start`): the step does not reach the scorer.
 """
 
 from __future__ import annotations
@@ -40,6 +48,10 @@ VERIFIER_KEYS = frozenset(
     ("is_training", "step", "total_steps", "image_path", "image_grid_thw", "verifier_style", "logger")
     + ("det_verifier_normalized", "det_reward_ratio")
 )
+# the row's fields a run passes (reward/row_fields.py): reward_model keys, and the images' sizes
+ROW_FIELDS = ("verifier_parm", "format_ratio", "accuracy_ratio", "images_seen")
+# ROLL normalises predicted boxes only for Qwen2.5-VL's processor (absolute pixel coordinates)
+PIXEL_BOX_MODEL_TYPES = frozenset({"qwen2_5_vl"})
 SIZE_PENALTY_BASE = 0.6
 # COCO's bbox evaluation: IoU thresholds .5:.05:.95 and 101 recall points (np.linspace as COCO
 # builds them: the values compared are those), areas in [0, 1e5 ** 2], at most 100 boxes
@@ -295,6 +307,33 @@ def format_score(response: str) -> float:
     return float(parse_boxes(answer_text(response.strip()).lower()) is not None)
 
 
+def check_start(where: str) -> None:
+    """Refuse, before a run starts, what the scorer cannot do in one (see the module docstring)."""
+    if read_iou_threshold(os.environ.get("DET_IOU_THRESHOLD")) == "dynamic":
+        raise ValueError(
+            f"{where}: DET_IOU_THRESHOLD=dynamic sets ROLL's IoU threshold from the training step, which hybrid "
+            "does not pass to the scorer; set it to average (ROLL's default) or one of "
+            + ", ".join(map(str, IOU_THRESHOLDS))
+        )
+
+
+def seen_image_hw(images_seen: dict | None) -> tuple[int, int] | None:
+    """The (height, width) ROLL normalises a row's boxes by: its first image's size as the model
+    saw it, for a Qwen2.5-VL policy only; None when not given (ROLL without image_grid_thw: no
+    normalisation), for other models or a row without images."""
+    if images_seen is None:
+        return None
+    if images_seen["sizes"] is None:
+        raise ValueError(
+            "roll_detection: the row's verifier_parm.det_verifier_normalized is set but no images_seen reached the "
+            "scorer (a vision-language policy's dataset writes it: hybrid/data.py)"
+        )
+    if images_seen["model_type"] not in PIXEL_BOX_MODEL_TYPES or not images_seen["sizes"]:
+        return None
+    height, width = images_seen["sizes"][0]
+    return int(height), int(width)
+
+
 def compute_score(
     solution_str: str,
     ground_truth: str,
@@ -304,11 +343,13 @@ def compute_score(
     image_hw: tuple[int, int] | None = None,
     iou_threshold: str | None = None,
     step_ratio: float | None = None,
+    images_seen: dict | None = None,
 ) -> dict:
     """ROLL's DetectionRewardWorker reward of one response. `verifier_parm`, `format_ratio` and
     `accuracy_ratio` are the row's reward_model fields; `image_hw` the (height, width) of the
     first image as the model saw it, given only for a Qwen2.5-VL processor (ROLL normalises
-    only there); `iou_threshold` defaults to the DET_IOU_THRESHOLD environment variable, as ROLL's."""
+    only there), or `images_seen` (the row's, reward/row_fields.py) to take it from; `iou_threshold`
+    defaults to the DET_IOU_THRESHOLD environment variable, as ROLL's."""
     if verifier_parm is None:
         raise ValueError(
             "roll_detection: the row's reward_model has no verifier_parm (ROLL's detection worker reads it)"
@@ -318,12 +359,17 @@ def compute_score(
         raise ValueError(f"roll_detection: verifier_parm has keys ROLL's DetectionVerifier does not take: {unknown}")
     if accuracy_ratio + format_ratio == 0:
         raise ValueError("roll_detection: the row's accuracy_ratio + format_ratio is 0; ROLL divides by it")
+    normalized = bool(verifier_parm.get("det_verifier_normalized", False))
+    if images_seen is not None and image_hw is not None:
+        raise ValueError("roll_detection: give image_hw or images_seen, not both")
+    if normalized and image_hw is None:
+        image_hw = seen_image_hw(images_seen)
     threshold = read_iou_threshold(os.environ.get("DET_IOU_THRESHOLD") if iou_threshold is None else iou_threshold)
     parts = accuracy(
         solution_str,
         ground_truth,
         det_reward_ratio=verifier_parm.get("det_reward_ratio"),
-        image_hw=image_hw if verifier_parm.get("det_verifier_normalized", False) else None,
+        image_hw=image_hw if normalized else None,
         iou_threshold=threshold,
         step_ratio=step_ratio,
     )
@@ -341,7 +387,9 @@ def compute_score(
 __all__ = [
     "IOU_THRESHOLDS",
     "accuracy",
+    "ROW_FIELDS",
     "answer_text",
+    "check_start",
     "coco_map",
     "compute_score",
     "format_score",
@@ -350,4 +398,5 @@ __all__ = [
     "match_label_first",
     "parse_boxes",
     "read_iou_threshold",
+    "seen_image_hw",
 ]

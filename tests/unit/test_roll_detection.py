@@ -12,11 +12,7 @@ import random
 import numpy as np
 import pytest
 
-from hybrid.config import ConfigError
-from hybrid.dialects import translate_argv
-from hybrid.dialects.roll_rewards import REWARD_WORKER_REFUSALS
 from reward.scorers import roll_detection
-from tests.integration.roll_helpers import write_example
 from tests.unit import roll_detection_oracle
 
 ROLL = roll_detection_oracle.load()
@@ -223,13 +219,3 @@ def test_committed_extract_is_rolls_code():
     if source is None:
         pytest.skip("no ROLL mirror here: the oracle runs from the committed extract")
     assert roll_detection_oracle.EXTRACT.read_text() == roll_detection_oracle.extract(source)
-
-
-def test_the_vision_example_is_refused_for_the_unwired_detection_worker_alone(tmp_path):
-    # the scorer is ROLL's, but a row's verifier_parm, ratios and image size do not reach it yet
-    path = write_example(tmp_path, "examples/qwen2_5-vl-3B-rlvr_fsdp2/rlvr_fsdp2_offload.yaml")
-    with pytest.raises(ConfigError) as err:
-        translate_argv(["--roll-config", str(path)])
-    problems = [line[4:] for line in str(err.value).splitlines() if line.startswith("  - ")]
-    worker = "roll.pipeline.rlvr.rewards.detection_reward_worker.DetectionRewardWorker"
-    assert problems == [f"rewards.cv_detection.worker_cls={worker}: {REWARD_WORKER_REFUSALS['DetectionRewardWorker']}"]
