@@ -2,11 +2,9 @@
 processor): the data's `data.image_key` column (verl's default `images`) holds each row's
 images, and every `<image>` in the prompt's messages marks where one goes. Here:
 
-* `load_processor`: the checkpoint's processor (AutoProcessor). Without torchvision,
-  transformers cannot build the Qwen-VL processors at all (their video processor needs it,
-  and the class check fails even with no video); the processor is then built from the same
-  parts minus the video processor (the image processor falls back to its PIL version), and
-  says so in one line. Videos are refused anyway (hybrid/preflight.py).
+* `load_processor` (workers/vision_messages.py): the checkpoint's processor (AutoProcessor;
+  without torchvision, the same parts minus the video processor). Videos are refused
+  (hybrid/preflight.py).
 * `VisionPrompts.encode`: one row -> the chat template applied by the processor, the images
   turned into `pixel_values`/`image_grid_thw` (`multi_modal_inputs`, verl's column), the
   prompt ids with each image's placeholder expanded (left padded to data.max_prompt_length),
@@ -15,7 +13,9 @@ images, and every `<image>` in the prompt's messages marks where one goes. Here:
   engine expands itself).
 
 Images are PIL images, dicts with `bytes` (parquet's image struct), `image` or `path`, or file
-paths; each is converted to RGB. The processor resizes them (its min/max pixels), as
+paths; each is converted to RGB. A row without an image column may carry its images inline, as
+OpenAI-style content parts (`image` / `image_url` with a data URI: SkyRL's examples;
+workers/vision_messages.py `message_images`). The processor resizes them (its min/max pixels), as
 qwen_vl_utils' fetch_image would before it; a prompt too long for data.max_prompt_length is
 refused rather than truncated (a cut would leave image features without placeholders).
 """
@@ -23,7 +23,6 @@ refused rather than truncated (a cut would leave image features without placehol
 from __future__ import annotations
 
 import copy
-import io
 import re
 
 import numpy as np
@@ -31,57 +30,10 @@ import torch
 
 from workers.vision import is_vision_model, mrope_position_ids, rope_index, unsupported_vision_model
 
+# load_processor, process_image (and _image_only) live with the message helpers the workers use too.
+from workers.vision_messages import _image_only, has_image_parts, load_processor, message_images, process_image  # noqa: F401
+
 _PLACEHOLDER = re.compile("(<image>|<video>)")
-
-
-def _image_only(processor_cls):
-    """`processor_cls` accepting no video processor (transformers checks every sub-processor's
-    class, and the video processors' base class does not exist without torchvision)."""
-
-    class ImageOnly(processor_cls):
-        def check_argument_for_proper_class(self, argument_name, argument):
-            if argument_name == "video_processor" and argument is None:
-                return None
-            return super().check_argument_for_proper_class(argument_name, argument)
-
-    ImageOnly.__name__ = ImageOnly.__qualname__ = f"{processor_cls.__name__}ImagesOnly"
-    return ImageOnly
-
-
-def load_processor(path: str, trust_remote_code: bool = False):
-    """The processor of the vision-language checkpoint at `path` (see the module docstring)."""
-    import os
-
-    import transformers
-    from transformers import AutoConfig, AutoImageProcessor, AutoProcessor, AutoTokenizer
-    from transformers.models.auto.processing_auto import PROCESSOR_MAPPING_NAMES
-    from transformers.utils import is_torchvision_available
-
-    hf_config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
-    if is_torchvision_available():
-        processor = AutoProcessor.from_pretrained(path, trust_remote_code=trust_remote_code)
-        processor.config = hf_config  # verl's hf_processor keeps the model config on the processor too
-        return processor
-    model_type = hf_config.model_type
-    problem = unsupported_vision_model(model_type)
-    if problem:
-        raise ValueError(f"{path}: {problem}")
-    processor_cls = getattr(transformers, PROCESSOR_MAPPING_NAMES[model_type])
-    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
-    template_file = os.path.join(path, "chat_template.jinja")
-    template = open(template_file).read() if os.path.isfile(template_file) else tokenizer.chat_template
-    print(
-        f"torchvision is not installed: the {processor_cls.__name__} of {path} is built without its video "
-        f"processor (images only, PIL image processing)"
-    )
-    processor = _image_only(processor_cls)(
-        image_processor=AutoImageProcessor.from_pretrained(path, trust_remote_code=trust_remote_code),
-        tokenizer=tokenizer,
-        video_processor=None,
-        chat_template=template,
-    )
-    processor.config = hf_config
-    return processor
 
 
 def vision_processor(model):
@@ -93,26 +45,6 @@ def vision_processor(model):
         return None
     hf_config = AutoConfig.from_pretrained(model.path, trust_remote_code=model.trust_remote_code)
     return load_processor(model.path, model.trust_remote_code) if is_vision_model(hf_config) else None
-
-
-def process_image(image, where: str = ""):
-    """A PIL RGB image from a PIL image, a dict with bytes/image/path, or a file path."""
-    from PIL import Image
-
-    if isinstance(image, dict):
-        if image.get("bytes") is not None:
-            image = Image.open(io.BytesIO(image["bytes"]))
-        elif image.get("image") is not None:
-            image = image["image"]
-        elif image.get("path"):
-            image = Image.open(image["path"])
-        else:
-            raise ValueError(f"{where}an image dict needs 'bytes', 'image' or 'path'; got keys {sorted(image)}")
-    elif isinstance(image, str):
-        image = Image.open(image)
-    if not isinstance(image, Image.Image):
-        raise TypeError(f"{where}an image must be a PIL image, a dict or a file path, got {type(image).__name__}")
-    return image.convert("RGB")
 
 
 def build_messages(prompt, images: list, where: str = "") -> list[dict]:
@@ -159,7 +91,12 @@ class VisionPrompts:
 
     def _process(self, row: dict, prompt, where: str):
         images = [process_image(img, where) for img in (row.get(self.image_key) or [])]
-        messages = build_messages(prompt, images, where) if images else prompt
+        if images:
+            messages = build_messages(prompt, images, where)
+        elif has_image_parts(prompt):  # images inline in the messages (SkyRL's examples)
+            messages, images = message_images(prompt, where)
+        else:
+            messages = prompt
         text = self.processor.apply_chat_template(
             messages, add_generation_prompt=True, tokenize=False, **self.chat_kwargs
         )
@@ -219,25 +156,22 @@ def vision_checkpoint_type(model) -> str | None:
     return config_json.get("model_type", "?") if config_json.get("vision_config") is not None else None
 
 
+MT = "actor_rollout_ref.rollout.multi_turn"
+
+
 def vision_problems(config, model_type: str) -> list[str]:
     """One line per setting a vision-language policy cannot run with (yet), each naming its key."""
     arr = config.actor_rollout_ref
     problem = unsupported_vision_model(model_type)
     if problem:
         return [f"actor_rollout_ref.model.path: {problem}"]
-    from transformers.utils import is_torchvision_available
-
     why = f"the policy is a vision-language model ({model_type})"
-    # vLLM's Qwen-VL model modules import transformers' torchvision-backed image processor.
-    vision_lib = (
-        "" if is_torchvision_available() else "; vLLM's Qwen-VL models also need torchvision, not installed here"
-    )
+    multi_turn = arr.rollout.multi_turn
     checks = [
         (
-            arr.rollout.name != "hf",
+            arr.rollout.name not in ("hf", "vllm"),
             f"actor_rollout_ref.rollout.name={arr.rollout.name}: {why}, and hybrid generates with images on the "
-            f"Hugging Face engine only (its vLLM rollout does not pass multi_modal_data{vision_lib}); set "
-            f"actor_rollout_ref.rollout.name=hf",
+            f"Hugging Face and vLLM engines; set actor_rollout_ref.rollout.name=hf or vllm",
         ),
         (
             arr.ref.model.path not in (None, arr.model.path),
@@ -265,9 +199,19 @@ def vision_problems(config, model_type: str) -> list[str]:
             f"not built (which modules, the vision tower's); set lora_rank=0 and no lora_adapter_path",
         ),
         (
-            arr.rollout.multi_turn.enable or arr.rollout.mode == "async" or config.async_mode is not None,
-            f"{why}: multi-turn rollouts, agent loops and asynchronous training do not carry images yet; use the "
-            f"single-turn rollout (rollout.multi_turn.enable=false, rollout.mode=sync, hybrid_engine=true)",
+            arr.rollout.mode == "async" or config.async_mode is not None,
+            f"{why}: agent loops and asynchronous training do not carry images yet; use the lock-step rollout "
+            f"(rollout.mode=sync, hybrid_engine=true), single- or multi-turn",
+        ),
+        (
+            multi_turn.enable and multi_turn.step_wise_trajectories,
+            f"{MT}.step_wise_trajectories=true: {why}; step-wise samples do not carry images (SkyRL's "
+            f"vision-language generator refuses them too); set it to false",
+        ),
+        (
+            multi_turn.enable and not multi_turn.use_conversation_multi_turn,
+            f"{MT}.use_conversation_multi_turn=false: {why}; observations with images must be chat messages "
+            f"(SkyRL's vision-language generator requires it too); set it to true",
         ),
         (
             config.use_critic,

@@ -90,8 +90,12 @@ class Rollouts:
         gen_batch = batch.pop(batch_keys=GEN_KEYS)
         if self.multi_turn or self.agent_loops:
             gen_batch.non_tensor_batch.update(batch.non_tensor_batch)
+            # Each episode's sample comes back with its own images (workers/rollout/multi_turn_images.py).
+            batch.non_tensor_batch.pop(MULTI_MODAL_INPUTS, None)
         elif MULTI_MODAL_INPUTS in batch.non_tensor_batch:  # the engine generates with the images too
-            gen_batch.non_tensor_batch[MULTI_MODAL_INPUTS] = batch.non_tensor_batch[MULTI_MODAL_INPUTS]
+            for key in (MULTI_MODAL_INPUTS, "multi_modal_data"):  # the HF engine's, vLLM's
+                if key in batch.non_tensor_batch:
+                    gen_batch.non_tensor_batch[key] = batch.non_tensor_batch[key]
         return gen_batch
 
     def multi_turn_metrics(self, output: DataProto) -> dict[str, float]:

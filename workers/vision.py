@@ -122,6 +122,17 @@ def generation_inputs(hf_config, input_ids: torch.Tensor, multi_modal_inputs, de
     return extra
 
 
+def collapse_image_tokens(ids: list[int], image_token_id: int) -> list[int]:
+    """`ids` with each run of image placeholder tokens (one image's, as the processor expanded
+    it) cut to one: the prompt form vLLM expands itself from its multi_modal_data (verl's
+    raw_prompt_ids). Images are separated by their vision start/end tokens, so runs do not merge."""
+    out: list[int] = []
+    for tok in ids:
+        if tok != image_token_id or not out or out[-1] != image_token_id:
+            out.append(tok)
+    return out
+
+
 def model_class(hf_config, text_class):
     """The class a role loads: transformers' image-text-to-text class for a vision-language
     checkpoint loaded whole, else `text_class` (AutoModelForCausalLM)."""
@@ -144,6 +155,7 @@ __all__ = [
     "VISION_MODELS",
     "batch_vision_inputs",
     "class_for",
+    "collapse_image_tokens",
     "generation_inputs",
     "is_vision_model",
     "model_class",

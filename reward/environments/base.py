@@ -55,11 +55,16 @@ class BaseTextEnv:
         return {}
 
 
-def _message_problem(message) -> str | None:
+def _message_problem(message, parts: bool = False) -> str | None:
     if not isinstance(message, Mapping):
         return f"{type(message).__name__} {message!r}"
-    if not isinstance(message.get("role"), str) or not isinstance(message.get("content"), str):
-        return f"{dict(message)!r} (needs string 'role' and 'content')"
+    content = message.get("content")
+    # `parts`: a vision-language loop also takes OpenAI-style content parts (text and images).
+    if parts and isinstance(content, (list, tuple)) and all(isinstance(p, Mapping) and "type" in p for p in content):
+        content = ""
+    if not isinstance(message.get("role"), str) or not isinstance(content, str):
+        what = "string 'role' and 'content' (or a list of content parts)" if parts else "string 'role' and 'content'"
+        return f"{dict(message)!r} (needs {what})"
     return None
 
 
@@ -69,9 +74,10 @@ class EnvironmentFailed(RuntimeError):
     environment's own code raised, that error is the cause (its frames are shown)."""
 
 
-def check_step_output(output) -> tuple[list[dict[str, str]], float, bool, dict]:
+def check_step_output(output, parts: bool = False) -> tuple[list[dict[str, str]], float, bool, dict]:
     """(observations, reward, done, metadata) of one `step` result; ValueError when its
-    shape is not the contract's (the loop reports it as the environment's error)."""
+    shape is not the contract's (the loop reports it as the environment's error). `parts`:
+    observation contents may be lists of content parts (a vision-language policy's loop)."""
     if not isinstance(output, Mapping):
         raise ValueError(f"step returned a {type(output).__name__}, not a dict with observations/reward/done")
     missing = [k for k in ("observations", "reward", "done") if k not in output]
@@ -81,7 +87,7 @@ def check_step_output(output) -> tuple[list[dict[str, str]], float, bool, dict]:
     if not isinstance(observations, (list, tuple)):
         raise ValueError(f"step observations must be a list of chat messages, got {type(observations).__name__}")
     for message in observations:
-        problem = _message_problem(message)
+        problem = _message_problem(message, parts)
         if problem:
             raise ValueError(f"step observation is not a chat message: {problem}")
     reward = output["reward"]

@@ -104,3 +104,55 @@ def random_image(height: int, width: int, seed: int):
 
     pixels = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
     return Image.fromarray(pixels)
+
+
+def data_uri(image) -> str:
+    """A PNG data URI, as SkyRL's examples put images into messages (image_url parts)."""
+    import base64
+    import io
+
+    out = io.BytesIO()
+    image.save(out, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(out.getvalue()).decode("ascii")
+
+
+def image_message(text: str, image) -> dict:
+    """An OpenAI-style user message with text and an image (VisGym's make_image_message)."""
+    return {
+        "role": "user",
+        "content": [{"type": "text", "text": text}, {"type": "image_url", "image_url": {"url": data_uri(image)}}],
+    }
+
+
+OBSERVATION_SIZES = ((16, 16), (8, 16))  # the images an ImageStepEnv shows after turns 1 and 2
+
+
+class ImageStepEnv:
+    """A multi-turn environment whose every observation carries an image (as VisGym's, whose
+    observations are rendered frames): after model turn k it shows an image of
+    OBSERVATION_SIZES[k - 1] pixels (seeded by the row and the turn), for 3 model turns;
+    the reward is the model turn count, on the last turn."""
+
+    def __init__(self, env_config=None, extras=None):
+        self.extras = dict(extras or {})
+        self.turns = 0
+
+    def init(self, prompt):
+        return prompt, {}
+
+    def step(self, action: str):
+        self.turns += 1
+        done = self.turns >= 3
+        index = int((self.extras.get("extra_info") or {}).get("index", 0))
+        observations = []
+        if not done:
+            height, width = OBSERVATION_SIZES[self.turns - 1]
+            image = random_image(height, width, seed=100 * index + self.turns)
+            observations = [image_message(f"Step {self.turns}. Look:", image)]
+        return {"observations": observations, "reward": float(self.turns) if done else 0.0, "done": done}
+
+    def close(self):
+        pass
+
+    def get_metrics(self):
+        return {"steps": self.turns}

@@ -162,27 +162,34 @@ def test_vision_settings_refused_in_one_line():
     from hybrid.config import build_config
     from hybrid.multimodal import vision_problems
 
-    ok = build_config(
-        [
-            "actor_rollout_ref.rollout.name=hf",
-            "actor_rollout_ref.model.use_remove_padding=false",
-            "algorithm.adv_estimator=grpo",
-        ]
-    )
+    ok_args = [
+        "actor_rollout_ref.rollout.name=hf",
+        "actor_rollout_ref.model.use_remove_padding=false",
+        "algorithm.adv_estimator=grpo",
+    ]
+    ok = build_config(ok_args)
     assert vision_problems(ok, "qwen2_5_vl") == []
-    from transformers.utils import is_torchvision_available
-
-    vision_lib = (
-        "" if is_torchvision_available() else "; vLLM's Qwen-VL models also need torchvision, not installed here"
+    # vLLM and multi-turn episodes are accepted (vLLM's torchvision is checked at engine start).
+    episodes = ["actor_rollout_ref.rollout.multi_turn.enable=true", "data.return_raw_chat=true"]
+    assert (
+        vision_problems(build_config([*ok_args, "actor_rollout_ref.rollout.name=vllm", *episodes]), "qwen2_5_vl") == []
     )
     bad = build_config(["actor_rollout_ref.rollout.name=vllm", "algorithm.adv_estimator=grpo"])
     assert vision_problems(bad, "qwen2_5_vl") == [
-        "actor_rollout_ref.rollout.name=vllm: the policy is a vision-language model (qwen2_5_vl), and hybrid "
-        f"generates with images on the Hugging Face engine only (its vLLM rollout does not pass multi_modal_data"
-        f"{vision_lib}); set actor_rollout_ref.rollout.name=hf",
         "actor_rollout_ref.model.use_remove_padding=true: the policy is a vision-language model (qwen2_5_vl), and "
         "packed rows are not built for vision inputs (multimodal positions, the vision tower's own sequence "
         "boundaries); set it to false",
+    ]
+    mt = "actor_rollout_ref.rollout.multi_turn"
+    step_wise = build_config([*ok_args, *episodes, f"{mt}.step_wise_trajectories=true"])
+    assert vision_problems(step_wise, "qwen2_5_vl") == [
+        f"{mt}.step_wise_trajectories=true: the policy is a vision-language model (qwen2_5_vl); step-wise samples "
+        "do not carry images (SkyRL's vision-language generator refuses them too); set it to false"
+    ]
+    plain = build_config([*ok_args, *episodes, f"{mt}.use_conversation_multi_turn=false"])
+    assert vision_problems(plain, "qwen2_5_vl") == [
+        f"{mt}.use_conversation_multi_turn=false: the policy is a vision-language model (qwen2_5_vl); observations "
+        "with images must be chat messages (SkyRL's vision-language generator requires it too); set it to true"
     ]
     assert vision_problems(ok, "llava") == [
         "actor_rollout_ref.model.path: model_type llava: hybrid trains the vision-language models qwen2_5_vl, "

@@ -41,6 +41,7 @@ from workers.rollout.base import (
 )
 from workers.rollout.step_wise import loop_for_engine
 from workers.vision import MULTI_MODAL_INPUTS, generation_inputs, model_class
+from workers.vision_messages import vision_processor_of
 
 if TYPE_CHECKING:  # annotations only: the config package imports worker modules
     from workers.config import ModelConfig, RolloutConfig
@@ -138,6 +139,8 @@ class HFRollout:
         self.seed = int(config.seed)
         self.calls = 0
         self.max_model_len = engine_max_model_len(config)
+        # A vision-language policy's multi-turn loop renders images with the processor.
+        self.processor = vision_processor_of(model_config, model_hf_config)
         self.multi_turn = loop_for_engine(self, None)
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
@@ -223,9 +226,10 @@ class HFRollout:
 
     @torch.no_grad()
     def generate_ids(
-        self, prompt_ids: list[list[int]], settings: SamplingSettings, max_tokens: list[int]
+        self, prompt_ids: list[list[int]], settings: SamplingSettings, max_tokens: list[int], vision=None
     ) -> list[GeneratedTurn]:
-        """One sample per prompt, each cut at its own token budget; ids as sampled."""
+        """One sample per prompt, each cut at its own token budget; ids as sampled. `vision`:
+        per prompt its images (a VisionState, workers/rollout/multi_turn_images.py)."""
         check_turn_requests(prompt_ids, settings, max_tokens, self.max_model_len)
         width = max(len(ids) for ids in prompt_ids)
         input_ids = torch.full((len(prompt_ids), width), self.pad_token_id, dtype=torch.long)
@@ -234,7 +238,8 @@ class HFRollout:
             input_ids[i, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
             attention_mask[i, width - len(ids) :] = 1
         settings = dataclasses.replace(settings, max_tokens=max(max_tokens))
-        token_ids, log_probs, stopped_by_string = self._sample(input_ids, attention_mask, settings)
+        images = None if vision is None else [state.inputs() for state in vision]
+        token_ids, log_probs, stopped_by_string = self._sample(input_ids, attention_mask, settings, images)
         stops = self.eos_token_ids | set(settings.stop_token_ids)
         turns = []
         for i, (ids, budget) in enumerate(zip(token_ids, max_tokens)):

@@ -157,6 +157,7 @@ class Trajectory:
     aborted_turns: int = 0  # mode=async: model turns aborted by a weight load and sampled again
     reward_loop: dict | None = None  # mode=async with the reward loop: its scores, as it finished
     steps: Any = None  # step_wise_trajectories: each turn's prompt and start (workers/rollout/step_wise.py)
+    vision: Any = None  # a vision-language policy: the images so far (workers/rollout/multi_turn_images.py)
 
 
 def template_renders_tool_responses(tokenizer) -> bool:
@@ -168,6 +169,8 @@ def template_renders_tool_responses(tokenizer) -> bool:
 class MultiTurnLoop:
     """The loop over one engine (vLLM or HF): `engine` provides `generate_ids`, `config`
     (the rollout section), `tokenizer`, `eos_token_ids`, `pad_token_id`, `max_model_len`."""
+
+    observation_parts = False  # observations are text messages (VisionLoop: content parts with images too)
 
     def __init__(self, engine):
         self.engine = engine
@@ -346,7 +349,7 @@ class MultiTurnLoop:
         if self._failed(trajectory, outcome, rows, "step"):
             return
         try:
-            observations, reward, done, _ = check_step_output(outcome.value)
+            observations, reward, done, _ = check_step_output(outcome.value, parts=self.observation_parts)
         except ValueError as e:
             self._failed(trajectory, Outcome(error=e), rows, "step")
             return
@@ -363,14 +366,17 @@ class MultiTurnLoop:
             self._append_observation(trajectory, observations)
 
     def _append_observation(self, trajectory: Trajectory, observations: list[dict[str, str]]) -> None:
-        ids = self.renderer.render(observations)
+        self.append_observation_ids(trajectory, self.renderer.render(observations))
+
+    def append_observation_ids(self, trajectory: Trajectory, ids: list[int]) -> bool:
+        """The observation's rendered ids join the trajectory; False when they do not fit (it ends)."""
         if self.renderer.conversation and not trajectory.last_turn_closed:
             ids = [self.eos_token_id] + ids
         used = len(trajectory.response_ids) + len(ids)
         # The model must get at least one token after the observation: a trajectory ends on a model turn.
         if used >= int(self.config.response_length) or len(trajectory.prompt_ids) + used >= self.engine.max_model_len:
             trajectory.finish = "length"
-            return
+            return False
         trajectory.response_ids += ids
         trajectory.mask += [0] * len(ids)
         trajectory.log_probs += [0.0] * len(ids)
@@ -378,6 +384,7 @@ class MultiTurnLoop:
         trajectory.observation_tokens += len(ids)
         if self.budget(trajectory) < 1:
             trajectory.finish = "length"
+        return True
 
     def closable(self, trajectory: Trajectory) -> bool:
         return trajectory.env is not None and not trajectory.error.startswith("timeout")

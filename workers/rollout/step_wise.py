@@ -48,6 +48,7 @@ from workers.rollout.multi_turn import (
     render_prompt_ids,
     summarize,
 )
+from workers.rollout.multi_turn_images import VisionLoop
 
 STEP_WISE_LAST = "step_wise_last"  # (B,) bool: the sample is its trajectory's last turn
 
@@ -68,6 +69,8 @@ def loop_for_engine(engine, current: MultiTurnLoop | None) -> MultiTurnLoop | No
     step_wise_trajectories, `MultiTurnLoop` otherwise (None when multi-turn is off)."""
     multi_turn = engine.config.multi_turn
     cls = StepWiseLoop if multi_turn.enable and multi_turn.step_wise_trajectories else MultiTurnLoop
+    if cls is MultiTurnLoop and getattr(engine, "processor", None) is not None:
+        cls = VisionLoop  # images in the episodes (workers/rollout/multi_turn_images.py)
     if current is not None and type(current) is not cls:
         current.pool.shutdown()
         current = None

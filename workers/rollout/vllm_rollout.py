@@ -46,6 +46,8 @@ from workers.rollout.base import (
 )
 from workers.rollout.step_wise import loop_for_engine
 from workers.rollout.vllm_params import vllm_sampling_params
+from workers.vision import collapse_image_tokens, is_vision_model
+from workers.vision_messages import vision_processor_of
 
 if TYPE_CHECKING:  # annotations only: the config package imports worker modules
     from workers.config import ModelConfig, RolloutConfig
@@ -68,6 +70,22 @@ def _prepare_environment(config: RolloutConfig) -> str | None:
     return log_path
 
 
+def vision_engine_check(model_config, model_hf_config) -> int | None:
+    """The image token id of a vision-language policy (None for a text one), once vLLM can
+    serve it here: its Qwen-VL model modules import torchvision."""
+    if not is_vision_model(model_hf_config) or model_config.language_model_only:
+        return None
+    from transformers.utils import is_torchvision_available
+
+    if not is_torchvision_available():
+        raise RuntimeError(
+            f"{ROLLOUT}.name=vllm with a vision-language policy: vLLM's Qwen-VL models need torchvision, which "
+            f"is not installed; install the torchvision build matching torch {torch.__version__}, or set "
+            f"{ROLLOUT}.name=hf"
+        )
+    return int(model_hf_config.image_token_id)
+
+
 class VLLMRollout:
     def __init__(self, model_config: ModelConfig, config: RolloutConfig, tokenizer, model_hf_config):
         """`model_config` is `actor_rollout_ref.model` (path, tokenizer_path,
@@ -86,6 +104,9 @@ class VLLMRollout:
         self.eos_token_ids = set(eos if isinstance(eos, list) else [eos])
         max_model_len = engine_max_model_len(config)
         self.max_model_len = max_model_len
+        # A vision-language policy: the engine's images (multi_modal_data) and the loop's processor.
+        self.image_token_id = vision_engine_check(model_config, model_hf_config)
+        self.processor = vision_processor_of(model_config, model_hf_config) if self.image_token_id else None
         # Environment, tool, interaction and agent-loop files are read now: a mistake stops
         # the run before the engine takes its memory.
         self.multi_turn = loop_for_engine(self, None)
@@ -153,18 +174,28 @@ class VLLMRollout:
 
     # ------------------------------------------------------------------ generation
     @torch.no_grad()
-    def generate_ids(
-        self, prompt_ids: list[list[int]], settings: SamplingSettings, max_tokens: list[int]
-    ) -> list[GeneratedTurn]:
-        """One sample per prompt, each with its own token budget; ids as sampled."""
+    def _request(self, ids: list[int], images: list | None):
+        """vLLM's prompt: the ids, and with images verl's form (one placeholder per image, which
+        vLLM expands itself, and multi_modal_data={"image": [...]})."""
         from vllm.inputs import TokensPrompt
 
+        if not images:
+            return TokensPrompt(prompt_token_ids=list(ids))
+        ids = collapse_image_tokens(list(ids), self.image_token_id)
+        return TokensPrompt(prompt_token_ids=ids, multi_modal_data={"image": list(images)})
+
+    def generate_ids(
+        self, prompt_ids: list[list[int]], settings: SamplingSettings, max_tokens: list[int], vision=None
+    ) -> list[GeneratedTurn]:
+        """One sample per prompt, each with its own token budget; ids as sampled. `vision`:
+        per prompt its images (a VisionState, workers/rollout/multi_turn_images.py)."""
         check_turn_requests(prompt_ids, settings, max_tokens, self.max_model_len)
         params_by_budget = {
             budget: vllm_sampling_params(dataclasses.replace(settings, max_tokens=int(budget)))
             for budget in set(max_tokens)
         }
-        requests = [TokensPrompt(prompt_token_ids=list(ids)) for ids in prompt_ids]
+        vision = vision or [None] * len(prompt_ids)
+        requests = [self._request(ids, state.images if state else None) for ids, state in zip(prompt_ids, vision)]
         params = [params_by_budget[budget] for budget in max_tokens]
         outputs = self.llm.generate(requests, params, use_tqdm=False)
         turns = []
@@ -177,8 +208,6 @@ class VLLMRollout:
 
     @torch.no_grad()
     def generate_sequences(self, prompts: DataProto) -> DataProto:
-        from vllm.inputs import TokensPrompt
-
         self.multi_turn = loop_for_engine(self, self.multi_turn)
         if self.agents is not None:
             return self.agents.generate_sequences(prompts)
@@ -188,7 +217,9 @@ class VLLMRollout:
         input_ids = prompts.batch["input_ids"]
         attention_mask = prompts.batch["attention_mask"]
         params = vllm_sampling_params(settings)  # greedy: one sample per prompt, repeated below
-        requests = [TokensPrompt(prompt_token_ids=ids) for ids in prompt_token_lists(input_ids, attention_mask)]
+        mm_data = prompts.non_tensor_batch.get("multi_modal_data", [None] * len(prompts))  # a VLM's (verl's form)
+        images = [(d or {}).get("image") for d in mm_data]
+        requests = [self._request(ids, im) for ids, im in zip(prompt_token_lists(input_ids, attention_mask), images)]
         outputs = self.llm.generate(requests, params, use_tqdm=False)
         token_ids, log_probs = [], []
         for request_output in outputs:
