@@ -59,6 +59,36 @@ def image_files(tmp_path_factory):
     return files
 
 
+@pytest.fixture(scope="module")
+def roll_files(tmp_path_factory):
+    """ROLL's VLM data (Orsta's columns: data_source, images, prompt, reward_model with the
+    detection settings): 2 detection rows (16 x 24 images) and 2 math rows."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    truth = "<answer>[{'bbox_2d': [0, 0, 1000, 500], 'label': 'cat'}]</answer>"
+    parm = {"det_verifier_normalized": True, "det_reward_ratio": {"iou_max_label_first": 1.0, "map": 0.5}}
+    rows = []
+    for i, source in enumerate(["v3det_train", "mm_math", "object365_train", "mm_math"]):
+        detection = source != "mm_math"
+        rows.append(
+            {
+                "data_source": source,
+                "prompt": [{"role": "user", "content": "<image>" + ("Find the cat." if detection else "1 + 2?")}],
+                "images": [{"bytes": _png(random_image(16, 24, seed=i)), "path": None}],
+                "reward_model": {
+                    "ground_truth": truth if detection else "\\boxed{3}",
+                    "verifier_parm": parm,
+                    "format_ratio": 0.1 if detection else 0.0,
+                    "accuracy_ratio": 1.0,
+                },
+            }
+        )
+    root = tmp_path_factory.mktemp("roll_vl_data")
+    pq.write_table(pa.Table.from_pylist(rows), root / "train.parquet")
+    return {"train": root / "train.parquet", "val": root / "train.parquet"}
+
+
 def _full(module) -> dict[str, torch.Tensor]:
     from workers.weight_sync import iter_full_weights
 
@@ -160,12 +190,37 @@ def test_grpo_step_with_images(vl_dir, image_files, tmp_path):
     assert any(n.startswith("model.language_model.") for n in changed)
 
 
-def test_frozen_vision_tower(vl_dir, image_files, tmp_path):
+def test_frozen_vision_tower(vl_dir, roll_files, tmp_path, monkeypatch):
     """ROLL's qwen2_5-vl example's actor_train.model_args.freeze_module_prefix=model.visual (hybrid:
     actor.freeze_module_prefix): the vision tower keeps its weights and has no optimizer state,
-    the language model trains."""
+    the language model trains. With the example's two domains, as the ROLL dialect maps them: rows
+    routed by data_source, each detection response scored by DetectionRewardWorker's scorer with
+    its row's verifier_parm and ratios and the size of the image the model saw."""
+    import functools
+
+    from reward.scorers import roll_detection
+
+    calls = []
+    score = roll_detection.compute_score
+
+    @functools.wraps(score)  # keeps the module (its ROW_FIELDS) and the signature DomainScorers reads
+    def recording(*args, **kwargs):
+        calls.append(kwargs)
+        return score(*args, **kwargs)
+
+    monkeypatch.setattr(roll_detection, "compute_score", recording)
+    domains = [
+        "data.reward_fn_key=domain",
+        "data.domain_quotas.cv_detection=0.5",
+        "data.domain_quotas.math=0.5",
+        "data.domain_tags.cv_detection=[v3det_train,object365_train]",
+        "data.domain_tags.math=[mm_math]",
+        "data.default_domain=math_rule",
+        "data.domain_scorers.cv_detection=roll_detection",
+        "data.domain_scorers.math=math",
+    ]
     trainer = _trainer(
-        vl_dir, image_files, tmp_path / "out", "actor_rollout_ref.actor.freeze_module_prefix=model.visual"
+        vl_dir, roll_files, tmp_path / "out", "actor_rollout_ref.actor.freeze_module_prefix=model.visual", *domains
     )
     try:
         trainer.init_workers()
@@ -183,3 +238,9 @@ def test_frozen_vision_tower(vl_dir, image_files, tmp_path):
     changed = {n for n in before if not torch.equal(before[n], after[n])}
     assert not any(n.startswith("model.visual.") for n in changed)
     assert any(n.startswith("model.language_model.") for n in changed)
+    # the 2 detection prompts x 2 samples, each with its row's settings and its 16 x 24 image's size
+    assert len(calls) == 4
+    for call in calls:
+        assert call["images_seen"] == {"model_type": "qwen2_5_vl", "sizes": [[16, 24]]}
+        assert call["verifier_parm"]["det_reward_ratio"] == {"iou_max_label_first": 1.0, "map": 0.5}
+        assert (call["format_ratio"], call["accuracy_ratio"]) == (0.1, 1.0)
