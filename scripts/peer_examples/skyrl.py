@@ -29,8 +29,9 @@ entry point (`module.path:ClassName`, which hybrid imports the way skyrl-gym doe
 entry modules apply their soft overlong penalty with their defaults; the asynchronous ones
 stand for SkyRL's asynchronous trainers; the full-context one for its dummy steps
 (trainer.num_dummy_steps, 5 unless given); the on-policy distillation one for hybrid's
-algorithm.on_policy_distillation=true; entry modules that replace SkyRL's generator or
-trainer with their own code are refused, naming what they replace.
+algorithm.on_policy_distillation=true; the verifiers one for hybrid's agent loop verifiers_env
+(its environment.env_class read as agent.verifiers_env, ENTRY_RENAMES); entry modules that
+replace SkyRL's generator or trainer with their own code are refused, naming what they replace.
 """
 
 from __future__ import annotations
@@ -59,6 +60,8 @@ NOT_TRAINING = (
 #   ("same", why)      : nothing the keys do not already say
 #   ("add", {k: v}, why): the entry module's own defaults, added unless the script gives the key
 #   ("refuse", why)    : the entry module replaces SkyRL code that hybrid has no equivalent for
+_ROLLOUT = "actor_rollout_ref.rollout"
+_AGENT = f"{_ROLLOUT}.agent"
 _DAPO = ("add", {"trainer.algorithm.overlong_buffer_len": 512, "trainer.algorithm.overlong_buffer_penalty_factor": 1.0})
 ENTRY_MODULES: dict[str, tuple] = {
     "examples.train.algorithms.custom_advantage_estimator.main_custom_adv_est": (
@@ -125,9 +128,18 @@ ENTRY_MODULES: dict[str, tuple] = {
         "its own generator (Harbor trials)",
     ),
     "examples.train_integrations.verifiers.entrypoints.main_verifiers": (
-        "refuse",
-        "its own generator (the verifiers library)",
+        "add",
+        {"generator.inference_engine.enable_http_endpoint": "true", f"{_ROLLOUT}.multi_turn.enable": "true"},
+        "its VerifiersGenerator: each row's verifiers environment plays its episode against the engine's "
+        "OpenAI-compatible endpoint and the rubric's reward is the trajectory's: hybrid's agent loop verifiers_env "
+        "(workers/rollout/verifiers_env.py), environment.env_class naming the environment (agent.verifiers_env)",
     ),
+}
+# Keys whose meaning an entry module changes: {module: {SkyRL key: hybrid key}}.
+ENTRY_RENAMES: dict[str, dict[str, str]] = {
+    "examples.train_integrations.verifiers.entrypoints.main_verifiers": {
+        "environment.env_class": f"{_AGENT}.verifiers_env"
+    },
 }
 # What an entry module asserts of its keys before anything starts: {module: {key: value}}.
 ENTRY_ASSERTS: dict[str, dict[str, str]] = {
@@ -275,6 +287,8 @@ def check(example: dict, workdir: Path) -> tuple[str, str]:
         if kind == "add":
             given = {_key(a) for a in argv}
             argv += [f"{k}={v}" for k, v in rest[0].items() if k not in given]
+        renames = ENTRY_RENAMES.get(entry, {})
+        argv = [f"{renames[_key(a)]}={a.partition('=')[2]}" if _key(a) in renames else a for a in argv]
     registered = example.get("registers", {})
     for i, arg in enumerate(argv):
         key, _, value = arg.partition("=")

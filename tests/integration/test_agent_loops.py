@@ -327,3 +327,73 @@ def test_an_openai_client_agent_trains_on_the_engines_tokens(fresh, tokenizer, t
         assert out.batch["env_rewards"][row].sum().item() == 0.75
         assert out.batch["env_rewards"][row, max(i for i, m in enumerate(mask) if m)].item() == 0.75
     assert list(out.non_tensor_batch["multi_turn_turns"]) == [3] * len(QUESTIONS)
+
+
+def test_a_verifiers_environment_trains_on_the_engines_tokens_with_its_rubric_reward(fresh, tokenizer, tmp_path):
+    """The verifiers_env agent loop: a verifiers environment (tests/integration/verifiers_helpers.py,
+    loaded as an installed package by a hub-style id) plays each row's task through the endpoint.
+    Each row trains on the last engine input plus its output, mask 1 exactly on the sampled ids
+    with the engine's log-probs, the user's nudge masked; the reward on the last model token is the
+    rubric computed by hand on the decoded last turn; the task is the row's example_id (from the
+    SkyRL-style verifiers dict, else the example_id column), the environment the row's, else the key."""
+    pytest.importorskip("verifiers.v1", reason="the verifiers extra: pip install -e '.[verifiers]'")
+    from tests.integration.verifiers_helpers import NUDGE, TASKS, rubric
+
+    (tmp_path / "hybrid_toy_rubric").mkdir()
+    (tmp_path / "hybrid_toy_rubric" / "__init__.py").write_text(
+        "from tests.integration.verifiers_helpers import QuestionTaskset, TwoTurnChat\n\n"
+        "__all__ = ['QuestionTaskset', 'TwoTurnChat']\n"
+    )
+    env_id = "someone/hybrid-toy-rubric@0.1.0"
+    order = [2, 0, 3, 1]  # rows name tasks out of order
+    chats = [[{"role": "user", "content": TASKS[i][0]}] for i in order]
+    specs = [{"environment": env_id, "example_id": order[0], "answer": TASKS[order[0]][1]}, {"environment": env_id}]
+    specs += [{"answer": TASKS[i][1]} for i in order[2:]]  # environment from the key
+    agent = {"enable_http_endpoint": True, "http_endpoint_port": 0, "verifiers_env": "hybrid_toy_rubric"}
+    _set(fresh, agent=agent)
+    calls = []
+    from workers.rollout.async_engine import AsyncEngineDriver
+
+    inner = AsyncEngineDriver.generate
+
+    async def recording(self, prompt_ids, params):
+        turn = await inner(self, prompt_ids, params)
+        calls.append((list(prompt_ids), turn))
+        return turn
+
+    import sys
+
+    AsyncEngineDriver.generate = recording
+    sys.path.insert(0, str(tmp_path))
+    try:
+        batch = chat_batch(tokenizer, chats, verifiers=specs, example_id=order)
+        out = _agents(fresh, batch)
+    finally:
+        AsyncEngineDriver.generate = inner
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("hybrid_toy_rubric", None)
+    assert len(calls) == 2 * len(order)
+    width = out.batch["prompts"].shape[1]
+    nudge = tokenizer(NUDGE, add_special_tokens=False)["input_ids"]
+    for row, task in enumerate(order):
+        attention = out.batch["attention_mask"][row].bool()
+        tokens = out.batch["input_ids"][row][attention].tolist()
+        used = int(attention[width:].sum())
+        prompt = tokens[: len(tokens) - used]
+        text = tokenizer.apply_chat_template(chats[row], add_generation_prompt=True, tokenize=False)
+        assert prompt == tokenizer(text, add_special_tokens=False)["input_ids"]  # the task's prompt
+        mine = [(ids, turn) for ids, turn in calls if tokens[: len(ids)] == ids]
+        assert len(mine) == 2 and len(mine[-1][0]) + len(mine[-1][1].token_ids) == len(tokens), row
+        mask = out.batch["response_mask"][row][:used].tolist()
+        sampled = [p - len(prompt) for ids, turn in mine for p in range(len(ids), len(ids) + len(turn.token_ids))]
+        assert [i for i, m in enumerate(mask) if m] == sampled
+        observation = [t for t, m in zip(tokens[len(prompt) :], mask) if not m]
+        assert any(observation[i : i + len(nudge)] == nudge for i in range(len(observation)))
+        engine_lp = [lp for _, turn in mine for lp in turn.log_probs]
+        log_probs = out.batch["rollout_log_probs"][row][:used]
+        assert torch.allclose(log_probs[torch.tensor(mask).bool()], torch.tensor(engine_lp), atol=1e-6)
+        reply = tokenizer.decode(mine[-1][1].token_ids, skip_special_tokens=True)
+        expected = rubric(TASKS[task][1], reply)
+        assert out.batch["env_rewards"][row].sum().item() == pytest.approx(expected, abs=1e-6)
+        assert out.batch["env_rewards"][row, max(i for i, m in enumerate(mask) if m)].item() == pytest.approx(expected)
+    assert list(out.non_tensor_batch["multi_turn_turns"]) == [2] * len(order)

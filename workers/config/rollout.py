@@ -80,6 +80,7 @@ class AgentLoopConfig:
     http_endpoint_host: str
     http_endpoint_port: Annotated[int, Fraction(low=0, high=65535)]
     custom_async_server: CustomAsyncServerConfig
+    verifiers_env: str | None  # a verifiers environment (workers/rollout/verifiers_env.py)
 
 
 @dataclass(frozen=True)
@@ -183,6 +184,7 @@ class RolloutConfig(LogProbBatching):
                 f"{key}.agent.enable_http_endpoint=True serves the engine to agent loops, which run with "
                 f"{key}.mode='async' only; set mode=async"
             )
+        check_verifiers_env(self, key, problems)
         engine_kwargs = self.engine_kwargs.vllm if valid(self.engine_kwargs) and valid(self.engine_kwargs.vllm) else {}
         if engine_kwargs and self.name == "vllm":
             check_engine_kwargs(f"{key}.engine_kwargs.vllm", engine_kwargs, problems)
@@ -198,3 +200,29 @@ class RolloutConfig(LogProbBatching):
                         f"actor_rollout_ref.rollout.{key}={getattr(self, key)} has no equivalent in transformers' "
                         f"generate (rollout.name='hf'); use rollout.name=vllm or set it to 0"
                     )
+
+
+def check_verifiers_env(rollout: RolloutConfig, key: str, problems: Problems) -> None:
+    """agent.verifiers_env runs verifiers environments through the OpenAI endpoint (the agent
+    loop verifiers_env, workers/rollout/verifiers_env.py): what it needs, named at start."""
+    import importlib.util
+
+    agent = rollout.agent
+    if agent.verifiers_env is None:
+        return
+    needs = {
+        f"{key}.mode": (rollout.mode == "async", "async"),
+        f"{key}.multi_turn.enable": (rollout.multi_turn.enable is True, "true"),
+        f"{key}.agent.enable_http_endpoint": (agent.enable_http_endpoint is True, "true"),
+    }
+    for name, (ok, value) in needs.items():
+        if not ok:
+            problems.add(
+                f"{key}.agent.verifiers_env={agent.verifiers_env!r} runs its episodes as agent loops through "
+                f"the OpenAI endpoint: set {name}={value}"
+            )
+    if importlib.util.find_spec("verifiers") is None:
+        problems.add(
+            f"{key}.agent.verifiers_env={agent.verifiers_env!r}: the verifiers library is not installed: "
+            f"pip install -e '.[verifiers]'"
+        )

@@ -6,7 +6,9 @@
   verl tools; the same per-trajectory steps as the lock-step loop, so greedy decoding with
   deterministic environments gives its tokens exactly;
 - `tool_agent` (verl's name): that loop where the environment is the verl tools of
-  multi_turn.tool_config_path (hermes tool calls in the model's text).
+  multi_turn.tool_config_path (hermes tool calls in the model's text);
+- `verifiers_env`: an episode of a `verifiers` environment through the OpenAI endpoint
+  (workers/rollout/verifiers_env.py).
 
 and the loops a run knows (`agent_loop_classes`): those, the registered ones, and the
 entries of agent.agent_loop_config_path (`read_agent_loop_config`).
@@ -20,6 +22,7 @@ import inspect
 from reward.user_code import load_user_file
 from workers.rollout.agent_loop import AGENT, AGENT_LOOP_REGISTRY, AgentLoop, RolloutCall
 from workers.rollout.multi_turn import MULTI_TURN, Trajectory
+from workers.rollout.verifiers_env import VerifiersAgentLoop
 
 
 class SingleTurnAgentLoop(AgentLoop):
@@ -80,6 +83,7 @@ BUILT_IN_AGENT_LOOPS: dict[str, type[AgentLoop]] = {
     "single_turn_agent": SingleTurnAgentLoop,
     "environment_agent": EnvironmentAgentLoop,
     "tool_agent": ToolAgentLoop,
+    "verifiers_env": VerifiersAgentLoop,
 }
 
 

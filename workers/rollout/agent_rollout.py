@@ -162,6 +162,8 @@ class AgentRollout:
     def default_loop(self) -> str:
         if self.agent.default_agent_loop is not None:
             return self.agent.default_agent_loop
+        if self.agent.verifiers_env is not None:
+            return "verifiers_env"
         return "environment_agent" if self.config.multi_turn.enable else "single_turn_agent"
 
     # ------------------------------------------------------------------ one call
