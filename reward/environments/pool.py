@@ -9,8 +9,9 @@ stop a Python thread, so a call past its limit is left running and its thread is
 replaced; the threads are daemons, so an environment that
 never returns neither blocks the run nor keeps the process alive at exit (a
 `concurrent.futures` pool would: its threads are joined at interpreter exit). The threads
-hold the queue, not the pool: a pool nobody uses any more (its rollout loop and engine gone)
-is collected and its idle threads end, as `shutdown` ends them.
+hold the queue, not the pool, and an idle thread drops its last call (whose closure may hold
+the pool's owner): a pool nobody uses any more (its rollout loop and engine gone) is collected
+and its idle threads end, as `shutdown` ends them.
 """
 
 from __future__ import annotations
@@ -56,29 +57,36 @@ class _Shared:
 
 
 def _work(shared: _Shared) -> None:
-    while True:
-        task = shared.queue.get()
-        if task is None:
-            return
-        with shared.cond:
-            if task.abandoned:  # its caller gave up before it started (a cancelled coroutine)
-                continue
-            task.started = time.monotonic()
-            shared.cond.notify_all()
-        if task.notify is not None:
-            task.notify("started")
-        try:
-            task.value = task.fn()
-        except BaseException as e:  # the caller decides what an environment's error means
-            task.error = e
-        with shared.cond:
-            task.finished = True
-            shared.cond.notify_all()
-            abandoned = task.abandoned
-        if task.notify is not None and not abandoned:  # an abandoned call's caller waits no more
-            task.notify("finished")
+    while (task := shared.queue.get()) is not None:
+        abandoned = _run(shared, task)
+        # An idle thread must not keep its last call: the call's closure holds its owner (the
+        # rollout loop, which holds this pool), and a running thread's frame is a root the
+        # garbage collector never clears, so the pool and these threads would live forever.
+        task = None
         if abandoned:
             return  # a replacement thread has taken this one's place
+
+
+def _run(shared: _Shared, task: _Task) -> bool:
+    """Run one call; True when its caller abandoned it (timed out) meanwhile."""
+    with shared.cond:
+        if task.abandoned:  # its caller gave up before it started (a cancelled coroutine)
+            return False
+        task.started = time.monotonic()
+        shared.cond.notify_all()
+    if task.notify is not None:
+        task.notify("started")
+    try:
+        task.value = task.fn()
+    except BaseException as e:  # the caller decides what an environment's error means
+        task.error = e
+    with shared.cond:
+        task.finished = True
+        shared.cond.notify_all()
+        abandoned = task.abandoned
+    if task.notify is not None and not abandoned:  # an abandoned call's caller waits no more
+        task.notify("finished")
+    return abandoned
 
 
 def _end_idle_threads(shared: _Shared) -> None:

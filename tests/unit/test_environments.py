@@ -6,8 +6,11 @@ interactions through the environment contract."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import textwrap
+import threading
 import time
+import weakref
 from types import SimpleNamespace
 
 import numpy as np
@@ -205,33 +208,59 @@ def test_an_abandoned_awaited_call_ending_after_its_event_loop_closed_raises_not
     pool.shutdown()
 
 
+def _pool_threads() -> int:
+    return len([t for t in threading.enumerate() if t.name.startswith("env-worker-") and t.is_alive()])
+
+
+def _wait_for_pool_threads(count: int) -> int:
+    deadline = time.monotonic() + 5
+    while _pool_threads() != count and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return _pool_threads()
+
+
 def test_a_step_pool_nobody_holds_ends_its_threads_as_shutdown_does():
     # A rollout loop's pool used to keep its threads (blocked on the queue) after the loop and
     # its engine were gone: ~250 threads in the suite's process by the end of a run.
-    import gc
-    import threading
-
-    def pool_threads():
-        return [t for t in threading.enumerate() if t.name.startswith("env-worker-") and t.is_alive()]
-
-    def wait_for(count):
-        deadline = time.monotonic() + 5
-        while len(pool_threads()) != count and time.monotonic() < deadline:
-            time.sleep(0.01)
-        return len(pool_threads())
-
-    before = len(pool_threads())
+    before = _pool_threads()
     pool = StepPool(workers=3, timeout_s=1.0)
     assert [o.value for o in pool.run([lambda: 1, lambda: 2])] == [1, 2]
-    assert wait_for(before + 3) == before + 3
+    assert _wait_for_pool_threads(before + 3) == before + 3
     del pool
     gc.collect()
-    assert wait_for(before) == before
+    assert _wait_for_pool_threads(before) == before
     kept = StepPool(workers=2, timeout_s=1.0)
-    assert wait_for(before + 2) == before + 2
+    assert _wait_for_pool_threads(before + 2) == before + 2
     kept.shutdown()
     kept.shutdown()  # a second shutdown (or the collection after it) ends nothing more
-    assert wait_for(before) == before
+    assert _wait_for_pool_threads(before) == before
+
+
+class _PoolOwner:
+    """workers/rollout/multi_turn.MultiTurnLoop's shape: it holds the pool, and each call it
+    hands the pool (there a closure over the loop) holds it."""
+
+    def __init__(self):
+        self.pool = StepPool(workers=2, timeout_s=1.0)
+
+    def step(self):
+        return self
+
+
+def test_a_dropped_owner_whose_calls_hold_it_ends_its_pools_threads():
+    # An idle thread used to keep its last call in its frame (a root the collector never
+    # clears): call -> owner -> pool stayed alive, and so did the threads (137 left by
+    # tests/integration/test_multi_turn.py at the end of its module).
+    before = _pool_threads()
+    owner = _PoolOwner()
+    assert all(o.value is owner for o in owner.pool.run([owner.step, owner.step]))
+    assert asyncio.run(owner.pool.call(owner.step)).value is owner  # the agent loop's way
+    assert _wait_for_pool_threads(before + 2) == before + 2
+    gone = weakref.ref(owner)
+    del owner
+    gc.collect()
+    assert gone() is None
+    assert _wait_for_pool_threads(before) == before
 
 
 # ---------------------------------------------------------------- tools
