@@ -42,7 +42,9 @@ def batch_samples(batch: DataProto, reward_fn_key: str) -> list[dict]:
     prompts, responses = batch.batch["prompts"], batch.batch["responses"]
     mask = batch.batch["attention_mask"]
     width = prompts.shape[-1]
-    keys = [k for k in ("raw_prompt", "reward_model", "extra_info", reward_fn_key) if k in batch.non_tensor_batch]
+    # images_seen: what reward/scorers/roll_detection.py reads of a vision row (reward/row_fields.py)
+    fields = ("raw_prompt", "reward_model", "extra_info", "images_seen", reward_fn_key)
+    keys = [k for k in fields if k in batch.non_tensor_batch]
     samples = []
     for i in range(len(batch)):
         prompt_ids = prompts[i][mask[i, :width].bool()].tolist()

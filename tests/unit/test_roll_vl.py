@@ -183,3 +183,31 @@ def test_image_size_rules_and_refusals(monkeypatch):
         DomainScorers({"det": "roll_detection"})
     monkeypatch.setenv("DET_IOU_THRESHOLD", "0.5")  # IoU 1/2 reaches 0.5: the label-first score is 1/2
     assert DomainScorers({"det": "roll_detection"})("det", response, truth, row=row)["acc"] == 0.5
+
+
+def test_the_reward_loop_carries_a_rows_images_seen_to_the_scorer(tokenizer):
+    """reward_model.use_reward_loop scores one trajectory at a time from its row's fields
+    (hybrid/reward_loop.py batch_samples, reward/reward_loop.py _one_row): images_seen is one of them."""
+    from hybrid.reward_loop import batch_samples
+    from protocol.data_proto import DataProto
+    from reward.manager import NaiveRewardManager
+    from reward.reward_loop import _one_row
+
+    truth = "<answer>[{'bbox_2d': [0, 0, 1000, 500], 'label': 'cat'}]</answer>"
+    parm = {"det_verifier_normalized": True, "det_reward_ratio": {"iou_max_label_first": 1.0}}
+    ids = tokenizer(_answer([[0, 0, 12, 8]]), add_special_tokens=False)["input_ids"]
+    data = DataProto.from_single_dict(
+        {
+            "prompts": torch.tensor([[7]]),
+            "responses": torch.tensor([ids]),
+            "attention_mask": torch.ones(1, len(ids) + 1, dtype=torch.long),
+            "domain": np.array(["det"], dtype=object),
+            "reward_model": np.array([{"ground_truth": truth, "verifier_parm": parm}], dtype=object),
+            "images_seen": np.array([{"model_type": "qwen2_5_vl", "sizes": [[16, 24]]}], dtype=object),
+        }
+    )
+    [sample] = batch_samples(data, "domain")
+    manager = NaiveRewardManager(tokenizer, 0, DomainScorers({"det": "roll_detection"}), reward_fn_key="domain")
+    scored = manager(_one_row(sample, tokenizer.eos_token_id), return_dict=True)
+    assert scored["reward_extra_info"]["acc"] == [pytest.approx(0.5 / 11)]  # normalised by 16 x 24
+    assert float(scored["reward_tensor"].sum()) == float(np.float16((0.5 / 11) / 1.1 + 0.1 / 1.1))
