@@ -18,6 +18,7 @@ multi-agent environment is refused, naming it).
 
 from __future__ import annotations
 
+import copy
 import threading
 from typing import Any
 
@@ -110,9 +111,12 @@ class VerifiersAgentLoop(OpenAIAgentLoop):
         ctx = vf.ModelContext(model="policy", client=client)
         traces: list = []  # every trace of the episode: verifiers sends its id as the session id
         episode, error = None, None
+        # Env.serving() keeps its interception server on the instance: a shallow copy per
+        # trajectory (the taskset and harnesses are shared values) keeps concurrent ones apart.
+        env = copy.copy(source.env)
         try:
-            async with source.env.serving():
-                episode = await source.env.run_episode(task, ctx, on_trace=traces.append)
+            async with env.serving():
+                episode = await env.run_episode(task, ctx, on_trace=traces.append)
         except Exception as raised:  # the environment's code: ends its trajectory, or the run
             error = raised
         records = {str(trace.id): endpoint.take_session(str(trace.id)) for trace in traces}
