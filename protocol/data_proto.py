@@ -3,8 +3,9 @@
 Tensors live in a TensorDict (`batch`), per-row Python objects (prompts, ground truths,
 uids) in numpy object arrays (`non_tensor_batch`), and per-call settings in `meta_info`.
 Method names and semantics follow verl's `verl/protocol.py`; every operation first checks
-that all row-indexed fields agree in length and names the key that does not. The file
-format of `save_to_disk` / `load_from_disk` is in protocol/data_proto_disk.py.
+that all row-indexed fields agree in length and names the key that does not (the argument
+checks are in protocol/data_proto_checks.py). The file format of `save_to_disk` /
+`load_from_disk` is in protocol/data_proto_disk.py.
 """
 
 from __future__ import annotations
@@ -13,76 +14,23 @@ import copy
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import torch
 from tensordict import TensorDict
 
+from protocol.data_proto_checks import (
+    as_object_array,
+    check_concat,
+    index_arrays,
+    key_list,
+    require_keys,
+    tensor_batch_size,
+    values_equal,
+)
 from protocol.data_proto_disk import load_fields, save_fields
 
 __all__ = ["DataProto", "DataProtoItem", "pad_dataproto_to_divisor", "unpad_dataproto"]
-
-
-def _as_object_array(key: str, value: Any) -> np.ndarray:
-    """Lists and numpy arrays of any dtype become object arrays with one row per entry."""
-    if isinstance(value, np.ndarray):
-        if value.ndim == 0:
-            raise ValueError(f"non_tensor_batch[{key!r}] is a 0-d array; it needs a batch dimension")
-        return value if value.dtype == object else value.astype(object)
-    if isinstance(value, (list, tuple)):
-        # Filled one by one so that rows which are themselves lists stay single objects
-        # instead of numpy turning them into a second dimension.
-        array = np.empty(len(value), dtype=object)
-        for i, item in enumerate(value):
-            array[i] = item
-        return array
-    raise TypeError(f"non_tensor_batch[{key!r}] must be a list or a np.ndarray, got {type(value).__name__}")
-
-
-def _key_list(keys, argument: str) -> list:
-    if keys is None:
-        return []
-    if isinstance(keys, str):
-        return [keys]
-    if not isinstance(keys, (list, tuple, set)):
-        raise TypeError(f"{argument} must be a list of keys, got {type(keys).__name__}")
-    return list(keys)
-
-
-def _require_keys(where: str, wanted: list, available) -> None:
-    available = list(available)
-    for key in wanted:
-        if key not in available:
-            raise KeyError(f"{where} has no key {key!r}; available: {sorted(map(str, available))}")
-
-
-def _values_equal(a: Any, b: Any) -> bool:
-    """Equality for union conflicts: tensors and arrays by value, NaN equal to NaN."""
-    if a is b:
-        return True
-    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
-            return False
-        if a.shape != b.shape or a.dtype != b.dtype:
-            return False
-        b = b.to(a.device)
-        if a.is_floating_point() or a.is_complex():
-            return bool(torch.allclose(a, b, rtol=0.0, atol=0.0, equal_nan=True))
-        return bool(torch.equal(a, b))
-    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)) or a.shape != b.shape:
-            return False
-        if a.dtype == object or b.dtype == object:
-            return all(_values_equal(x, y) for x, y in zip(a.reshape(-1), b.reshape(-1)))
-        return bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc" and b.dtype.kind in "fc"))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_values_equal(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return type(a) is type(b) and len(a) == len(b) and all(_values_equal(x, y) for x, y in zip(a, b))
-    if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
-        return True
-    return bool(a == b)
 
 
 @dataclass(eq=False)
@@ -115,25 +63,9 @@ class DataProto:
         """Tensors must agree on their first `num_batch_dims` dimensions; lists and arrays
         in `non_tensors` become object arrays."""
         tensors = dict(tensors or {})
-        if not isinstance(num_batch_dims, int) or num_batch_dims < 1:
-            raise ValueError(f"num_batch_dims must be a positive int, got {num_batch_dims!r}")
-        batch = None
-        if tensors:
-            pivot_key, batch_size = None, None
-            for key, tensor in tensors.items():
-                if not isinstance(tensor, torch.Tensor):
-                    raise TypeError(f"tensors[{key!r}] must be a torch.Tensor, got {type(tensor).__name__}")
-                if tensor.dim() < num_batch_dims:
-                    raise ValueError(f"tensors[{key!r}] has {tensor.dim()} dims but num_batch_dims is {num_batch_dims}")
-                shape = tuple(tensor.shape[:num_batch_dims])
-                if batch_size is None:
-                    pivot_key, batch_size = key, shape
-                elif shape != batch_size:
-                    raise ValueError(
-                        f"tensors[{key!r}] has batch shape {shape} but tensors[{pivot_key!r}] has {batch_size}"
-                    )
-            batch = TensorDict(source=tensors, batch_size=batch_size)
-        non_tensor_batch = {key: _as_object_array(key, value) for key, value in (non_tensors or {}).items()}
+        batch_size = tensor_batch_size(tensors, num_batch_dims)
+        batch = TensorDict(source=tensors, batch_size=batch_size) if tensors else None
+        non_tensor_batch = {key: as_object_array(key, value) for key, value in (non_tensors or {}).items()}
         return cls(batch=batch, non_tensor_batch=non_tensor_batch, meta_info=dict(meta_info or {}))
 
     @classmethod
@@ -215,33 +147,8 @@ class DataProto:
         return type(self)(batch=batch, non_tensor_batch=non_tensor_batch, meta_info=dict(self.meta_info))
 
     def _index_arrays(self, idxs, allow_mask: bool) -> tuple[torch.Tensor, np.ndarray]:
-        if isinstance(idxs, torch.Tensor):
-            idx_np = idxs.detach().cpu().numpy()
-        elif isinstance(idxs, (list, tuple, np.ndarray)):
-            idx_np = np.asarray(idxs)
-            if idx_np.size == 0:
-                idx_np = idx_np.astype(np.int64)
-        else:
-            raise TypeError(f"indices must be a list, np.ndarray or torch.Tensor, got {type(idxs).__name__}")
-        if idx_np.ndim != 1:
-            raise ValueError(f"indices must be 1-D, got shape {idx_np.shape}")
-        rows = len(self)
-        if idx_np.dtype == np.bool_:
-            if not allow_mask:
-                raise TypeError("a boolean mask is not an order; pass integer indices")
-            if idx_np.shape[0] != rows:
-                raise ValueError(f"boolean mask has {idx_np.shape[0]} entries but the DataProto has {rows} rows")
-        elif np.issubdtype(idx_np.dtype, np.integer):
-            idx_np = idx_np.astype(np.int64)
-            out_of_range = idx_np[(idx_np < -rows) | (idx_np >= rows)]
-            if out_of_range.size:
-                raise IndexError(f"index {int(out_of_range[0])} is out of range for {rows} rows")
-        else:
-            raise TypeError(f"indices must be integers or booleans, got dtype {idx_np.dtype}")
-        idx_torch = torch.from_numpy(idx_np)
-        if self.batch is not None and self.batch.device is not None:
-            idx_torch = idx_torch.to(self.batch.device)
-        return idx_torch, idx_np
+        device = self.batch.device if self.batch is not None else None
+        return index_arrays(idxs, len(self), device, allow_mask)
 
     def select_idxs(self, idxs) -> DataProto:
         """Rows by integer indices or by a boolean mask of length len(self)."""
@@ -303,22 +210,22 @@ class DataProto:
         self.check_consistency()
         batch = None
         if self.batch is not None:
-            keys = list(self.batch.keys()) if batch_keys is None else _key_list(batch_keys, "batch_keys")
-            _require_keys("batch", keys, self.batch.keys())
+            keys = list(self.batch.keys()) if batch_keys is None else key_list(batch_keys, "batch_keys")
+            require_keys("batch", keys, self.batch.keys())
             batch = self.batch.select(*keys)
         elif batch_keys:
-            _require_keys("batch", _key_list(batch_keys, "batch_keys"), [])
+            require_keys("batch", key_list(batch_keys, "batch_keys"), [])
         if non_tensor_batch_keys is None:
             non_tensors = dict(self.non_tensor_batch)
         else:
-            keys = _key_list(non_tensor_batch_keys, "non_tensor_batch_keys")
-            _require_keys("non_tensor_batch", keys, self.non_tensor_batch.keys())
+            keys = key_list(non_tensor_batch_keys, "non_tensor_batch_keys")
+            require_keys("non_tensor_batch", keys, self.non_tensor_batch.keys())
             non_tensors = {key: self.non_tensor_batch[key] for key in keys}
         if meta_info_keys is None:
             meta_info = dict(self.meta_info)
         else:
-            keys = _key_list(meta_info_keys, "meta_info_keys")
-            _require_keys("meta_info", keys, self.meta_info.keys())
+            keys = key_list(meta_info_keys, "meta_info_keys")
+            require_keys("meta_info", keys, self.meta_info.keys())
             meta_info = {key: self.meta_info[key] for key in keys}
         if deepcopy:
             non_tensors, meta_info = copy.deepcopy(non_tensors), copy.deepcopy(meta_info)
@@ -327,13 +234,13 @@ class DataProto:
     def pop(self, batch_keys=None, non_tensor_batch_keys=None, meta_info_keys=None) -> DataProto:
         """Remove the given keys from self and return them as a new DataProto."""
         self.check_consistency()
-        batch_keys = _key_list(batch_keys, "batch_keys")
-        non_tensor_keys = _key_list(non_tensor_batch_keys, "non_tensor_batch_keys")
-        meta_keys = _key_list(meta_info_keys, "meta_info_keys")
+        batch_keys = key_list(batch_keys, "batch_keys")
+        non_tensor_keys = key_list(non_tensor_batch_keys, "non_tensor_batch_keys")
+        meta_keys = key_list(meta_info_keys, "meta_info_keys")
         # Check every key before removing any, so a typo leaves self untouched.
-        _require_keys("batch", batch_keys, self.batch.keys() if self.batch is not None else [])
-        _require_keys("non_tensor_batch", non_tensor_keys, self.non_tensor_batch.keys())
-        _require_keys("meta_info", meta_keys, self.meta_info.keys())
+        require_keys("batch", batch_keys, self.batch.keys() if self.batch is not None else [])
+        require_keys("non_tensor_batch", non_tensor_keys, self.non_tensor_batch.keys())
+        require_keys("meta_info", meta_keys, self.meta_info.keys())
         batch = None
         if batch_keys:
             tensors = {key: self.batch.pop(key) for key in batch_keys}
@@ -344,8 +251,8 @@ class DataProto:
 
     def rename(self, old_keys=None, new_keys=None) -> DataProto:
         """Rename tensor or non-tensor keys in place; returns self."""
-        old_keys = _key_list(old_keys, "old_keys")
-        new_keys = _key_list(new_keys, "new_keys")
+        old_keys = key_list(old_keys, "old_keys")
+        new_keys = key_list(new_keys, "new_keys")
         if len(old_keys) != len(new_keys):
             raise ValueError(f"rename got {len(old_keys)} old keys but {len(new_keys)} new keys")
         batch_keys = list(self.batch.keys()) if self.batch is not None else []
@@ -372,13 +279,13 @@ class DataProto:
             raise ValueError(f"cannot union: self has {len(self)} rows but other has {len(other)}")
         if self.batch is not None and other.batch is not None:
             for key in other.batch.keys():
-                if key in self.batch.keys() and not _values_equal(self.batch[key], other.batch[key]):
+                if key in self.batch.keys() and not values_equal(self.batch[key], other.batch[key]):
                     raise ValueError(f"union conflict: batch[{key!r}] differs between the two DataProtos")
         for key, value in other.non_tensor_batch.items():
-            if key in self.non_tensor_batch and not _values_equal(self.non_tensor_batch[key], value):
+            if key in self.non_tensor_batch and not values_equal(self.non_tensor_batch[key], value):
                 raise ValueError(f"union conflict: non_tensor_batch[{key!r}] differs between the two DataProtos")
         for key, value in other.meta_info.items():
-            if key in self.meta_info and not _values_equal(self.meta_info[key], value):
+            if key in self.meta_info and not values_equal(self.meta_info[key], value):
                 raise ValueError(
                     f"union conflict: meta_info[{key!r}] is {self.meta_info[key]!r} in self but {value!r} in other"
                 )
@@ -404,46 +311,9 @@ class DataProto:
             if not isinstance(item, DataProto):
                 raise TypeError(f"concat: item {i} is a {type(item).__name__}, not a DataProto")
             item.check_consistency()
+        check_concat(data)
         first = data[0]
-        batch = None
-        if first.batch is not None:
-            keys = set(first.batch.keys())
-            for i, item in enumerate(data[1:], start=1):
-                if item.batch is None:
-                    raise ValueError(f"concat: item {i} has no tensor batch but item 0 has {sorted(keys)}")
-                other_keys = set(item.batch.keys())
-                if other_keys != keys:
-                    odd = sorted(keys ^ other_keys)[0]
-                    raise ValueError(
-                        f"concat: batch key {odd!r} is in {'item 0' if odd in keys else f'item {i}'} "
-                        f"but not in {f'item {i}' if odd in keys else 'item 0'}"
-                    )
-                if item.batch.batch_size[1:] != first.batch.batch_size[1:]:
-                    raise ValueError(
-                        f"concat: item {i} has batch_size {list(item.batch.batch_size)} but item 0 has "
-                        f"{list(first.batch.batch_size)}"
-                    )
-                for key in keys:
-                    if item.batch[key].shape[1:] != first.batch[key].shape[1:]:
-                        raise ValueError(
-                            f"concat: batch[{key!r}] has shape {list(item.batch[key].shape)} in item {i} "
-                            f"but {list(first.batch[key].shape)} in item 0"
-                        )
-            batch = torch.cat([item.batch for item in data], dim=0)
-        else:
-            for i, item in enumerate(data[1:], start=1):
-                if item.batch is not None:
-                    raise ValueError(f"concat: item {i} has a tensor batch but item 0 has none")
-        keys = set(first.non_tensor_batch)
-        for i, item in enumerate(data[1:], start=1):
-            other_keys = set(item.non_tensor_batch)
-            if other_keys != keys:
-                odd = sorted(keys ^ other_keys)[0]
-                raise ValueError(
-                    f"concat: non_tensor_batch key {odd!r} is in "
-                    f"{'item 0' if odd in keys else f'item {i}'} but not in "
-                    f"{f'item {i}' if odd in keys else 'item 0'}"
-                )
+        batch = torch.cat([item.batch for item in data], dim=0) if first.batch is not None else None
         non_tensors = {
             key: np.concatenate([item.non_tensor_batch[key] for item in data], axis=0) for key in first.non_tensor_batch
         }
