@@ -51,6 +51,7 @@ from hybrid.dialects.skyrl_profiler import PROFILER_RULES
 from hybrid.dialects.skyrl_remote import REMOTE_RULES
 from hybrid.dialects.skyrl_trainer import TRAINER_RULES
 from hybrid.dialects.skyrl_tuning import TUNING_RULES
+from hybrid.dialects.skyrl_vision import VISION_RULE
 from hybrid.dialects.table import Dialect, Refusal, choice, custom, ignore, refuse, same, translate, via
 
 # SkyRL defaults that a rule reads when a key it depends on is not given and hybrid has no
@@ -209,13 +210,7 @@ RULES = (
         accept=(None,),
     ),
     refuse("generator.rope_theta", "the engine uses the policy's model config (trainer.rope_theta)", accept=(None,)),
-    refuse(
-        "generator.vision_language_generator",
-        "SkyRL's SkyRLVLMGymGenerator feeds images to a vision-language model turn by turn; hybrid trains "
-        "vision-language policies on single-turn prompts with images on the Hugging Face engine only "
-        "(docs/vision_language.md): no images in multi-turn episodes, no vLLM with images",
-        accept=(False,),
-    ),
+    VISION_RULE,
     ignore(
         "generator.inference_engine.enable_pd",
         "SkyRL's prefill/decode disaggregation (num_prefill of its num_engines engines prefill, the rest decode) "

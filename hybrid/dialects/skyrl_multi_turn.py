@@ -58,12 +58,16 @@ SINGLE_TURN_ENVS = {
 EXAMPLE_ENVS = {
     "llm_as_a_judge": "examples.train.llm_as_a_judge.llm_judge_env:GSM8kLLMJudgeEnv",
     "multiply": "examples.train.multiply.env:MultiplyEnv",
+    "geometry3k": "examples.train.geometry3k.env:Geometry3kEnv",
+    # visgym's entry point registers env_instruct's or env_sft's class, as its --env_variant says.
+    "visgym": "examples.train.visgym.env_instruct:VisGymEnv",
 }
 ENV_HINTS = {
     name: f"SkyRL's example environment is registered by its example's entry point, not by skyrl-gym; name the "
     f"class it registers, environment.env_class={entry}, from the SkyRL checkout"
     for name, entry in EXAMPLE_ENVS.items()
 }
+ENV_HINTS["visgym"] += " (--env_variant instruct; examples.train.visgym.env_sft:VisGymEnv for --env_variant sft)"
 # SkyRL's defaults for the environment sections skyrl-gym's classes read (skyrl-gym's
 # Text2SQLEnvConfig and SearchEnvConfig). SkyRL hands an environment its whole section,
 # defaults included; hybrid hands over only the keys written, so these are written with it.
@@ -150,6 +154,9 @@ def _batched(value: Any, ctx: Context) -> dict[str, Any]:
         )
     # false: SkyRL's agent loop, each trajectory at its own pace: hybrid's agent loops
     # (mode=async) in multi-turn; a single turn is one batched generate either way.
+    # SkyRL's vision-language generator: hybrid's lock-step loop, which carries images (skyrl_vision.py).
+    if ctx.get("generator.vision_language_generator", False) is True:
+        return {}
     return {"actor_rollout_ref.rollout.mode": "async"} if not value and episodes(ctx) else {}
 
 

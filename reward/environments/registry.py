@@ -96,6 +96,13 @@ def load_env_from_module(spec: str) -> type:
     try:
         module = importlib.import_module(module_name)
     except ImportError as err:
+        missing = getattr(err, "name", None)
+        if missing and not (module_name == missing or module_name.startswith(missing + ".")):
+            # The module is there; a package it imports is not (VisGym's gymnasium fork, say).
+            raise ImportError(
+                f"{MULTI_TURN}.env_class: module {module_name!r} imports {missing!r}, which is not installed; "
+                f"install it ({type(err).__name__}: {err})"
+            ) from err
         raise ImportError(
             f"{MULTI_TURN}.env_class: cannot import module {module_name!r} ({type(err).__name__}: {err}); "
             f"run from the folder that holds it (working directory {os.getcwd()}) or add it to PYTHONPATH"

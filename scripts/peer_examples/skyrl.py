@@ -162,14 +162,48 @@ def _git(git_dir: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(git_dir), *args], check=True, capture_output=True, text=True).stdout
 
 
-def registrations(source: str) -> dict[str, str]:
-    """{env id: entry point} of every `register(id="...", entry_point="...")` call with literal
-    arguments in an entry module's source (skyrl_gym.envs.register)."""
+def registrations(source: str, entry_args: list[str] = ()) -> dict[str, str]:
+    """{env id: entry point} of every `register(id="...", entry_point=...)` call in an entry
+    module's source (skyrl_gym.envs.register) whose entry point is a literal, or a module-level
+    dict literal indexed by a variable named as one of the module's own command-line flags
+    (VisGym's `_ENV_ENTRY_POINTS[env_variant]` with `--env_variant instruct`), read from
+    `entry_args` as the script passes them."""
+    tree = ast.parse(source)
+    tables = {
+        node.targets[0].id: node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and len(node.targets) == 1
+        and isinstance(node.targets[0], ast.Name)
+        and isinstance(node.value, ast.Dict)
+    }
+    flags = {
+        a[2:].split("=", 1)[0]: (a.split("=", 1)[1] if "=" in a else None) for a in entry_args if a.startswith("--")
+    }
+    for i, arg in enumerate(entry_args):
+        if arg.startswith("--") and "=" not in arg and i + 1 < len(entry_args):
+            flags[arg[2:]] = entry_args[i + 1]
     found = {}
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "register":
             kwargs = {k.arg: k.value for k in node.keywords}
             env_id, entry = kwargs.get("id"), kwargs.get("entry_point")
+            if (
+                isinstance(entry, ast.Subscript)
+                and isinstance(entry.value, ast.Name)
+                and isinstance(entry.slice, ast.Name)
+            ):
+                table, flag = tables.get(entry.value.id), flags.get(entry.slice.id)
+                choices = (
+                    {
+                        k.value: v.value
+                        for k, v in zip(table.keys, table.values)
+                        if isinstance(k, ast.Constant) and isinstance(v, ast.Constant)
+                    }
+                    if table is not None
+                    else {}
+                )
+                entry = ast.Constant(choices[flag]) if flag in choices else entry
             if isinstance(env_id, ast.Constant) and isinstance(entry, ast.Constant):
                 found[env_id.value] = entry.value
     return found
@@ -263,7 +297,7 @@ def extract(git_dir: Path) -> dict:
                 example["command_substitutions"] = launch["substitutions"]
             if launch["entry"] not in MAIN_BASE:
                 source = _git(git_dir, "show", f"HEAD:{launch['entry'].replace('.', '/')}.py")
-                example["registers"] = registrations(source)
+                example["registers"] = registrations(source, entry_args)
         examples.append(example)
     return {"commit": commit, "examples": examples}
 

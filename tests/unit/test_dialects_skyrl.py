@@ -369,7 +369,14 @@ def test_skyrl_refusals_are_all_listed_at_once_by_name_with_the_reason():
             "trainer.algorithm.off_policy_correction.sequence_mask_metric=product",
             "the same only for one optimizer step per batch (update_epochs_per_batch=2",
         ),
-        ("generator.vision_language_generator=true", "no images in multi-turn episodes, no vLLM with images"),
+        (
+            "generator.vision_language_generator=true generator.batched=true",
+            "SkyRL's vision-language generator refuses generator.batched=true; set batched=false",
+        ),
+        (
+            "generator.vision_language_generator=true generator.use_conversation_multi_turn=false",
+            "requires generator.use_conversation_multi_turn=true",
+        ),
         ("trainer.ref.language_model_only=true", "set trainer.policy.language_model_only=true as well"),
         # SkyRL's own batch check (validate_batch_sizes, floor division per GPU) refuses it too ...
         (
