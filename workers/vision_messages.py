@@ -151,7 +151,7 @@ def message_images(messages, where: str = "") -> tuple[list[dict], list]:
                 elif kind in IMAGE_PART_TYPES:
                     payload = part.get("image") if kind == "image" else part.get("image_url")
                     if payload is None:
-                        raise ValueError(f"{where}a {kind!r} content part without its {kind!r} field")
+                        raise ValueError(f"{where}a content part of type {kind!r} without its {kind!r} field")
                     images.append(process_image(payload, where))
                     parts.append({"type": "image"})
                 else:
