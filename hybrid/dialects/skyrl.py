@@ -9,6 +9,13 @@ in ALIASES. Values may use OmegaConf interpolation (`${oc.env:HOME}/data`, or an
 key given on the same line). `translate_skyrl` returns the verl overrides or raises
 ConfigError naming every key that has no equivalent, with the reason.
 
+Keys not given take SkyRL's own defaults, as a SkyRL launch script relies on them
+(n_samples_per_prompt 5, use_kl_loss true, eps_clip 0.2, lr 1e-6, ...): every key of SkyRL's
+config classes with a `map` rule is translated with its default (skyrl_default_values.py, from
+skyrl/train/config/config.py) unless given, except the keys skyrl_defaults.py UNFILLED lists
+with the reason (machine paths, the wandb logger, values hybrid derives); hybrid/dialects/table.py
+`Dialect.fill` does the filling, and `--cfg job` shows the result.
+
 SkyRL picks its trainer by entry module, which no key says; hybrid's own `async_training.*`
 keys and `algorithm.on_policy_distillation` (HYBRID_KEYS) may therefore be added to a SkyRL
 line and pass through unchanged, replacing what the SkyRL keys would write there. SkyRL's
@@ -45,6 +52,7 @@ from hybrid.dialects.skyrl_convert import (
     _remote_urls,
     free_form,
 )
+from hybrid.dialects.skyrl_defaults import DEFAULTS, UNFILLED
 from hybrid.dialects.skyrl_language_model import LANGUAGE_MODEL_RULES
 from hybrid.dialects.skyrl_multi_turn import ENVIRONMENT_RULES, GENERATOR_RULES
 from hybrid.dialects.skyrl_profiler import PROFILER_RULES
@@ -53,26 +61,6 @@ from hybrid.dialects.skyrl_trainer import TRAINER_RULES
 from hybrid.dialects.skyrl_tuning import TUNING_RULES
 from hybrid.dialects.skyrl_vision import VISION_RULE
 from hybrid.dialects.table import Dialect, Refusal, choice, custom, ignore, refuse, same, translate, via
-
-# SkyRL defaults that a rule reads when a key it depends on is not given and hybrid has no
-# key for it (from SkyRL's config dataclasses).
-SKYRL_DEFAULTS: dict[str, Any] = {
-    "trainer.algorithm.clip_ratio_c": 3.0,
-    "trainer.algorithm.entropy_loss_coef": 0.01,
-    "trainer.algorithm.tis_imp_ratio_cap": -1.0,
-    "trainer.algorithm.off_policy_correction.token_tis_ratio_clip_high": 2.0,
-    "trainer.algorithm.off_policy_correction.sequence_tis_ratio_clip_high": 5.0,
-    "trainer.algorithm.off_policy_correction.geo_mask_high": 1.01,
-    "trainer.algorithm.off_policy_correction.geo_mask_low": 0.99,
-    "trainer.algorithm.off_policy_correction.product_mask_high": 2.0,
-    "trainer.algorithm.off_policy_correction.product_mask_low": 0.5,
-    "trainer.algorithm.cispo.cispo_eps_clip_low": 0.0,
-    "trainer.algorithm.cispo.cispo_eps_clip_high": 5.0,
-    "trainer.algorithm.dynamic_sampling.max_sample_batches": 30,
-    "generator.sampling_params.stop": None,
-    "generator.inference_engine.num_engines": 1,
-    "trainer.fully_async.max_staleness_steps": 4,
-}
 
 # Older YAML spellings (skyrl-train's ppo_base_config.yaml) -> the dataclass paths.
 _ENGINE_KEYS = (
@@ -328,19 +316,24 @@ DIALECT = Dialect(
     name="SkyRL",
     rules=RULES,
     aliases=ALIASES,
-    defaults=SKYRL_DEFAULTS,
+    defaults=DEFAULTS,
+    fill=True,
+    unfilled=UNFILLED,
     always={"trainer.merge_on_finish": False, "trainer.plot_on_finish": False},
     always_why=(
         "SkyRL writes no merged Hugging Face folder and no plots at the end of a run (its Hugging Face "
         "exports follow trainer.hf_save_interval)"
     ),
     notes=(
-        "Keys you do not give take hybrid's defaults (hybrid/config/ppo_trainer.yaml), not SkyRL's. "
-        "Where they differ and it matters, give the key: SkyRL's use_kl_loss defaults to true "
-        "(hybrid: false), eps_clip_high to 0.2 (hybrid: clip_ratio_high 0.28), policy_loss_type to "
-        "regular (hybrid: the dual-clip vanilla loss), lr to 1e-6 (hybrid: 2e-5), n_samples_per_prompt "
-        "to 5 (hybrid: 4), and hybrid stops after trainer.total_training_steps=30 (or at the end of its one "
-        "epoch, trainer.total_epochs=1, if that comes first) unless trainer.epochs is given.",
+        "Keys you do not give take SkyRL's defaults (its config classes, skyrl/train/config/config.py, as "
+        "hybrid/dialects/skyrl_default_values.py holds them), as a SkyRL launch script expects: "
+        "n_samples_per_prompt 5, use_kl_loss true (k3, kl_loss_coef 0.001), eps_clip_low/high 0.2, policy_loss_type "
+        "regular, lr 1e-6, train_batch_size 1024, policy_mini_batch_size 256, micro batches 1, max_prompt_length 512, "
+        "max_generate_length 1024, eval temperature 0, ckpt_interval 10, seed 42 and the rest. Not applied "
+        "(hybrid/dialects/skyrl_defaults.py UNFILLED says why, key by key): paths on SkyRL's machines (data, "
+        "ckpt_path, export_path), trainer.logger (SkyRL's wandb; hybrid logs to the console unless given), "
+        "num_engines and the reference's and critic's placement (derived from the policy's devices), dtypes hybrid's "
+        "auto already sets to bf16 on a GPU, and vLLM settings whose SkyRL default is vLLM's own.",
         "Data files use verl's columns (prompt, data_source, reward_model.ground_truth, extra_info) or SkyRL's "
         "(reward_spec instead of reward_model, read as it; env_class). "
         "Single-turn, the scorer is picked by each row's data_source. In episodes (generator.max_turns > 1, "

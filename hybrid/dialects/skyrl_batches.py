@@ -32,15 +32,17 @@ def _policy_mini_batch(value: Any, ctx: Context) -> dict[str, Any]:
     numbers = (value, n, train, micro, nodes, gpus, sp)
     if not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in numbers):
         return out  # hybrid's own checks name a size that is not a positive whole number
+    if (nodes * gpus) % sp:
+        return out  # hybrid's own checks name devices that sequence parallelism does not divide
     dp = nodes * gpus // sp
     samples = value * n
     per_gpu = samples // dp
     sizes = (
         f"policy_mini_batch_size {value} x n_samples_per_prompt {n} = {samples} samples over {dp} data-parallel ranks"
     )
-    # SkyRL's defaults differ from hybrid's (n_samples_per_prompt 5, micro 1): say what SkyRL does
-    # only with the sizes it reads given (nodes, GPUs and sequence parallelism default to 1 in both).
-    skyrl_sizes = all(ctx.has(k) for k in (*_GIVEN, "trainer.placement.policy_num_gpus_per_node"))
+    # Say what SkyRL does only when the sizes it reads are SkyRL's: given, or SkyRL's defaults
+    # filled in (skyrl_defaults.py); nodes and sequence parallelism default to 1 in both.
+    skyrl_sizes = all(ctx.known(k) for k in (*_GIVEN, "trainer.placement.policy_num_gpus_per_node"))
     if skyrl_sizes and (per_gpu == 0 or per_gpu % micro or (train * n // dp) % per_gpu):
         raise Refusal(
             f"SkyRL's own check (validate_batch_sizes) refuses these sizes too: {sizes} is {per_gpu} per GPU "

@@ -65,6 +65,8 @@ def _optimizer_steps_per_training_step(ctx: Context) -> tuple[int, str]:
 def _warmup(value: Any, ctx: Context) -> int:
     if not isinstance(value, int) or value < 0:
         raise Refusal("must be an integer >= 0")
+    if value == 0:  # no warm-up, however many optimizer steps a training step takes
+        return 0
     per, what = _optimizer_steps_per_training_step(ctx)
     if value % per:
         raise Refusal(

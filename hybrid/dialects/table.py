@@ -13,10 +13,15 @@ keys it writes, a `convert` function that turns the dialect value into those ver
 - `ignore`: the key only tunes machinery hybrid does not have (a log folder, a remote-engine
   URL's update group); any value is accepted and nothing is written.
 
-Keys a user does not give take hybrid's defaults (hybrid/config/ppo_trainer.yaml), not the
-dialect's. A rule whose meaning depends on another dialect key reads that key through the
-`Context`: the value given, else the value that will apply in hybrid (`Context.effective`),
-else the dialect's own default where hybrid has no such key.
+Keys a user does not give take the dialect's own defaults where the dialect says so
+(`Dialect.fill`: SkyRL, whose launch scripts rely on SkyRL's defaults): each such key of
+`Dialect.defaults` that has a `map` rule and is not in `Dialect.unfilled` is translated with its
+default value, as if given, after the keys given; a verl key a given key writes keeps the given
+key's value, and a filled value equal to hybrid's default writes nothing. Other keys take
+hybrid's defaults (hybrid/config/ppo_trainer.yaml). A rule whose meaning depends on another
+dialect key reads that key through the `Context`: the value given, else the filled default,
+else the value that will apply in hybrid (`Context.effective`), else the dialect's own default
+where hybrid has no such key (`Context.get`).
 
 `translate` collects every problem (an unknown key with the nearest known one, a refused
 key with its reason, two keys that would set one verl key to different values) and raises
@@ -25,6 +30,7 @@ one ConfigError listing them all, one line each.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -32,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from hybrid.config import ConfigError, default_config, suggest_keys
 from hybrid.config.override_values import hydra_value
@@ -88,13 +95,21 @@ class Rule:
 class Context:
     """What a convert function may read besides its own value."""
 
-    def __init__(self, given: Mapping[str, Any], dialect_defaults: Mapping[str, Any]):
+    def __init__(
+        self, given: Mapping[str, Any], dialect_defaults: Mapping[str, Any], filled: Mapping[str, Any] | None = None
+    ):
         self.given = dict(given)
         self.dialect_defaults = dict(dialect_defaults)
+        self.filled = dict(filled or {})
         self.key = ""
 
     def has(self, key: str) -> bool:
+        """Whether the user gave the key."""
         return key in self.given
+
+    def known(self, key: str) -> bool:
+        """Whether the key's value is the dialect's: given, or filled with the dialect's default."""
+        return key in self.given or key in self.filled
 
     def get(self, key: str, default: Any = MISSING) -> Any:
         """The value given for a dialect key, else the dialect's default for it."""
@@ -108,9 +123,12 @@ class Context:
 
     def effective(self, key: str, verl_key: str) -> Any:
         """The value that applies in hybrid for a dialect key with the same units as
-        `verl_key`: the one given, else hybrid's default for `verl_key`."""
+        `verl_key`: the one given, else the dialect's default filled in, else hybrid's default
+        for `verl_key`."""
         if key in self.given:
             return self.given[key]
+        if key in self.filled:
+            return self.filled[key]
         return hybrid_default(verl_key)
 
 
@@ -260,6 +278,8 @@ class Dialect:
     always: Mapping[str, Any]
     always_why: str
     notes: tuple[str, ...] = ()
+    fill: bool = False  # keys not given take `defaults` (map rules only, `unfilled` excepted)
+    unfilled: Mapping[str, str] = dataclasses.field(default_factory=dict)  # key (or `prefix.*`) -> why not
 
     @functools.cached_property
     def exact(self) -> dict[str, Rule]:
@@ -292,6 +312,23 @@ class Dialect:
         """True when rules exist below `key` (a null or empty section is simply absent)."""
         start = key + "."
         return any(r.key.startswith(start) for r in self.rules) or any(a.startswith(start) for a in self.aliases)
+
+    def filled_keys(self, given: Iterable[str]) -> dict[str, Any]:
+        """The keys of `defaults` that take their default here: not given (nor a section above
+        or below one given), with a `map` rule, not in `unfilled`."""
+        if not self.fill:
+            return {}
+        given = list(given)
+        out = {}
+        for key, value in self.defaults.items():
+            if any(key == g or key.startswith(g + ".") or g.startswith(key + ".") for g in given):
+                continue
+            if key in self.unfilled or any(u.endswith(".*") and key.startswith(u[:-1]) for u in self.unfilled):
+                continue
+            rule = self.rule_for(key)
+            if rule is not None and rule.kind == "map":
+                out[key] = value
+        return out
 
     def known_keys(self) -> list[str]:
         return [r.key for r in self.rules] + [a for a in self.aliases if not a.endswith(".")]
@@ -326,11 +363,15 @@ def translate(dialect: Dialect, given: Mapping[str, Any], order: Iterable[str] |
             continue
         put(name, value, key)
 
-    ctx = Context(canonical, dialect.defaults)
+    filled = dialect.filled_keys(canonical)
+    ctx = Context(canonical, dialect.defaults, filled)
     assigned: dict[str, tuple[Any, str]] = {}
     shared_reasons: set[str] = set()
-    for name, value in canonical.items():
-        written = shown[name]
+    by_default = f"{dialect.name}'s default; the key is not given"
+    for name, value in [*canonical.items(), *filled.items()]:
+        default = name not in canonical
+        written = name if default else shown[name]
+        label = f"{written}={show(value)}" + (f" ({by_default})" if default else "")
         rule = dialect.rule_for(name)
         if rule is None:
             if value is None or value == {} or value == []:
@@ -346,17 +387,19 @@ def translate(dialect: Dialect, given: Mapping[str, Any], order: Iterable[str] |
                 if str(refusal) in shared_reasons:
                     continue
                 shared_reasons.add(str(refusal))
-            problems.append(f"{written}={show(value)}: {refusal}")
+            problems.append(f"{label}: {refusal}")
             continue
+        if default:  # a verl key a given key wrote keeps its value; hybrid's own default writes nothing
+            result = {k: v for k, v in result.items() if k not in assigned and not _is_hybrid_default(k, v)}
         for verl_key, verl_value in result.items():
             if verl_key in assigned and not _equal(assigned[verl_key][0], verl_value):
                 other_value, other = assigned[verl_key]
                 problems.append(
-                    f"{other} and {written}={show(value)} both set {verl_key}, to different values "
+                    f"{other} and {label} both set {verl_key}, to different values "
                     f"({show(other_value)} and {show(verl_value)}); hybrid has one key for both"
                 )
                 continue
-            assigned.setdefault(verl_key, (verl_value, f"{written}={show(value)}"))
+            assigned.setdefault(verl_key, (verl_value, label))
     if problems:
         count = len(problems)
         header = (
@@ -367,6 +410,19 @@ def translate(dialect: Dialect, given: Mapping[str, Any], order: Iterable[str] |
     overrides = [f"{k}={hydra_value(v)}" for k, v in dialect.always.items() if k not in assigned]
     overrides += [f"{k}={hydra_value(v)}" for k, (v, _) in assigned.items()]
     return overrides
+
+
+def _is_hybrid_default(verl_key: str, value: Any) -> bool:
+    """Whether `value` is what ppo_trainer.yaml sets `verl_key` to. A default that interpolates
+    another key (`critic.model.path: ${actor_rollout_ref.model.path}`) depends on the line: never."""
+    parent_key, _, leaf = verl_key.rpartition(".")
+    try:
+        parent = OmegaConf.select(_defaults(), parent_key, default=None) if parent_key else _defaults()
+        if not isinstance(parent, DictConfig) or leaf not in parent or OmegaConf.is_interpolation(parent, leaf):
+            return False
+        return _equal(_plain(parent[leaf]), value)
+    except OmegaConfBaseException:  # a default read from an asset (`${hybrid_default:...}`): no plain value
+        return False
 
 
 def _unknown(dialect: Dialect, written: str, name: str, value: Any) -> str:

@@ -96,12 +96,19 @@ def test_skyrl_fully_async_as_in_skyrls_example():
     )
 
 
+# SkyRL's fully async trainer needs train_batch_size = policy_mini_batch_size; SkyRL's defaults
+# (1024 and 256) do not, so the lines below give both.
+SIZES = ("trainer.train_batch_size=8", "trainer.policy_mini_batch_size=8")
+
+
 def test_skyrl_fully_async_keys_given_alone():
-    out = skyrl("trainer.placement.colocate_all=false", "trainer.fully_async.max_staleness_steps=1")
+    out = skyrl("trainer.placement.colocate_all=false", "trainer.fully_async.max_staleness_steps=1", *SIZES)
     has(out, {f"{AT}.mode": "fully_async", f"{AT}.max_staleness_steps": 1, f"{AT}.staleness_threshold": 1.0})
     assert f"{AT}.max_groups_in_flight" not in out  # hybrid's default: a sync window's worth
     # The workers alone: SkyRL's default max_staleness_steps (4) applies; 8 <= 20 <= 8 x 5.
-    out = skyrl("trainer.placement.colocate_all=false", "trainer.fully_async.num_parallel_generation_workers=20")
+    out = skyrl(
+        "trainer.placement.colocate_all=false", "trainer.fully_async.num_parallel_generation_workers=20", *SIZES
+    )
     has(out, {f"{AT}.max_staleness_steps": 4, f"{AT}.staleness_threshold": 4.0, f"{AT}.max_groups_in_flight": 20})
 
 
@@ -134,6 +141,7 @@ def test_skyrl_offload_after_step_is_read_only_when_colocated():
                 "trainer.placement.colocate_all=false",
                 "trainer.fully_async.max_staleness_steps=1",
                 "trainer.fully_async.num_parallel_generation_workers=17",
+                *SIZES,
             ],
             "<= policy_mini_batch_size x (max_staleness_steps + 1), here 8..16 (given 17)",
         ),

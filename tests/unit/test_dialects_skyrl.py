@@ -28,7 +28,8 @@ from tests.unit.dialect_helpers import REPO, SKYRL_SEED_EXAMPLE, A, skyrl, skyrl
         (["trainer.policy.model.path=/models/q"], {f"{A}.model.path": "/models/q"}),
         (["trainer.algorithm.advantage_estimator=reinforce++"], {"algorithm.adv_estimator": "reinforce_plus_plus"}),
         (["trainer.algorithm.advantage_estimator=rloo"], {"algorithm.adv_estimator": "rloo"}),
-        (["trainer.train_batch_size=16"], {"data.train_batch_size": 16}),
+        # (SkyRL's default policy_mini_batch_size, 256, would exceed 16 prompts: SkyRL refuses that.)
+        (["trainer.train_batch_size=16", "trainer.policy_mini_batch_size=16"], {"data.train_batch_size": 16}),
         # Both count prompts per optimizer step; the micro batches count samples per device.
         (["trainer.policy_mini_batch_size=4"], {f"{A}.actor.ppo_mini_batch_size": 4}),
         (["trainer.micro_train_batch_size_per_gpu=2"], {f"{A}.actor.ppo_micro_batch_size_per_gpu": 2}),
@@ -93,9 +94,11 @@ from tests.unit.dialect_helpers import REPO, SKYRL_SEED_EXAMPLE, A, skyrl, skyrl
         (
             ["trainer.algorithm.policy_loss_type=cispo", "trainer.algorithm.eps_clip_high=0.3"],
             {
+                # SkyRL's CISPOConfig: cispo_eps_clip_low 1.0, cispo_eps_clip_high 4.0, the clamp
+                # [1 - 1.0, 1 + 4.0] = [0, 5] (ppo_utils.py); hybrid's cispo clamps at [1 - low, 1 + high].
                 f"{A}.actor.policy_loss.loss_mode": "cispo",
-                f"{A}.actor.clip_ratio_low": 0.0,
-                f"{A}.actor.clip_ratio_high": 5.0,
+                f"{A}.actor.clip_ratio_low": 1.0,
+                f"{A}.actor.clip_ratio_high": 4.0,
             },
         ),
         (["trainer.algorithm.use_entropy_loss=true"], {f"{A}.actor.entropy_coeff": 0.01}),

@@ -111,6 +111,7 @@ def test_the_simulated_trainers_entry_module_asserts_simulate_training(tmp_path)
         "trainer.eval_before_train=false",
         "trainer.eval_interval=0",
         "trainer.resume_mode=none",
+        "trainer.ckpt_interval=-1",  # as SkyRL's sim examples give it (its default, 10, saves a model)
     ]
     # SkyRL's main_fully_async_sim stops at its assertion without simulate_training=true.
     assert check({"entry": entry, "argv": argv}, tmp_path) == (
