@@ -97,6 +97,11 @@ def check_data_files(config, found: Findings) -> dict[tuple[str, str], Counter]:
         found.add(f"data.custom_cls.path: dataset file {shown_path(custom)} not found")
     # A vision-language policy reads the image column (hybrid/multimodal.py); videos stay refused.
     images_ok = vision_checkpoint_type(config.actor_rollout_ref.model) is not None
+    # Rows a verifiers environment plays are scored by its rubric (workers/rollout/verifiers_env.py):
+    # SkyRL's verifiers datasets carry no ground truth, and nothing reads one unless a reward function does.
+    agent = config.actor_rollout_ref.rollout.agent
+    verifiers = agent.verifiers_env is not None or agent.default_agent_loop == "verifiers_env"
+    ground_truth = not verifiers or bool(config.custom_reward_function.path)
     train_rows = 0
     rows_known = not custom  # a custom dataset class reads its files its own way
     for key, path in _data_files(config):
@@ -109,7 +114,7 @@ def check_data_files(config, found: Findings) -> dict[tuple[str, str], Counter]:
             found.add(f"{key}: data file {shown_path(path)} {what}")
         elif not custom:
             try:
-                rows, counts = _check_rows(full, data, images_ok)
+                rows, counts = _check_rows(full, data, images_ok, ground_truth)
             except LOAD_ERRORS as err:
                 found.add(f"{key}: {err}")
         if counts is not None:
@@ -153,7 +158,7 @@ def _first_bad(values: list, bad) -> tuple[int, int] | None:
     return (hits[0], len(hits)) if hits else None
 
 
-def _check_rows(path: str, data, images_ok: bool = False) -> tuple[int, Counter]:
+def _check_rows(path: str, data, images_ok: bool = False, ground_truth: bool = True) -> tuple[int, Counter]:
     """Rows of one data file and its data_source counts; ValueError names what is wrong."""
     prompt_key, source_key = data.prompt_key, data.reward_fn_key
     media = {data.image_key: "data.image_key", data.video_key: "data.video_key"}
@@ -182,6 +187,9 @@ def _check_rows(path: str, data, images_ok: bool = False) -> tuple[int, Counter]
             raise ValueError(
                 f"data file {path} row {missing[0]} has no {key!r} ({column}; {missing[1]} of {rows} rows lack it)"
             )
+    counts = Counter(str(v) for v in values.get(source_key, []) if v is not _MISSING and v is not None)
+    if not ground_truth:
+        return rows, counts
     if "reward_model" not in names:
         raise ValueError(
             f"data file {path} has no column 'reward_model' (a dict with 'ground_truth' per row; SkyRL's "
@@ -194,7 +202,7 @@ def _check_rows(path: str, data, images_ok: bool = False) -> tuple[int, Counter]
             f"data file {path} row {bad[0]}: reward_model must be a dict with 'ground_truth', got "
             f"{'nothing' if value is _MISSING else repr(value)[:120]} ({bad[1]} of {rows} rows)"
         )
-    return rows, Counter(str(v) for v in values.get(source_key, []) if v is not _MISSING and v is not None)
+    return rows, counts
 
 
 # ----------------------------------------------------------------------------- reward

@@ -95,3 +95,33 @@ def test_skyrl_run_verifiers_composes_as_the_verifiers_env_agent_loop():
         1,
     )
     assert rollout.multi_turn.enable is True and rollout.n == 5
+
+
+def test_skyrl_verifiers_rows_need_no_ground_truth_when_an_environment_scores_them(tmp_path):
+    """SkyRL's prepare_dataset.py rows (prompt, example_id, verifiers; no reward_model) load for a
+    verifiers run; without one, or with a reward function that reads ground truth, they are refused."""
+    from hybrid.preflight import Findings, check_data_files
+
+    row = {"data_source": "verifiers/wordle", "prompt": [{"role": "user", "content": "Guess."}], "example_id": 0}
+    row["verifiers"] = {"answer": "crane", "task": "default", "environment": "wordle"}
+    path = tmp_path / "train.jsonl"
+    path.write_text("\n".join(json.dumps({**row, "example_id": i}) for i in range(4)) + "\n")
+    base = [f"data.train_files={path}", f"data.val_files={path}", "data.train_batch_size=4"]
+    base += ["actor_rollout_ref.actor.ppo_mini_batch_size=4", f"{R}.mode=async", f"{R}.multi_turn.enable=true"]
+    base += [f"{R}.agent.enable_http_endpoint=true"]
+    missing = f"data file {path} has no column 'reward_model' (a dict with 'ground_truth' per row"
+    for extra, refused in (
+        ([f"{KEY}=wordle"], False),
+        ([], True),
+        ([f"{R}.agent.default_agent_loop=verifiers_env"], False),
+    ):
+        found = Findings()
+        check_data_files(build_config(base + extra), found)
+        assert any(missing in p for p in found.problems) is refused, (extra, found.problems)
+    reward_file = tmp_path / "score.py"
+    reward_file.write_text(
+        "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 0.0\n"
+    )
+    found = Findings()
+    check_data_files(build_config([*base, f"{KEY}=wordle", f"custom_reward_function.path={reward_file}"]), found)
+    assert any(missing in p for p in found.problems)

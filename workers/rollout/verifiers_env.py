@@ -19,6 +19,7 @@ multi-agent environment is refused, naming it).
 from __future__ import annotations
 
 import copy
+import logging
 import threading
 from typing import Any
 
@@ -63,6 +64,11 @@ class VerifiersEnvironment:
     def __init__(self, env_id: str):
         vf = load_verifiers()
         from verifiers.v1.configs.agent import agent_config_fields
+
+        # verifiers and its interception server (aiohttp) log every request, server and episode at
+        # INFO: several lines per trajectory in the run's console. Their warnings and errors show.
+        for name in ("verifiers", "aiohttp.access"):
+            logging.getLogger(name).setLevel(logging.WARNING)
 
         config = vf.resolve_env_config({"taskset": {"id": env_id}, "agent": {"runtime": {"type": "subprocess"}}})
         self.env = vf.load_environment(config)
