@@ -251,7 +251,15 @@ TRAINER_RULES = (
     refuse("trainer.ref.deepspeed_config.*", DEEPSPEED),
     refuse("trainer.critic.deepspeed_config.*", DEEPSPEED),
     refuse("deepspeed_config.*", DEEPSPEED),
-    refuse("trainer.policy.use_torch_compile", "hybrid does not torch.compile its models", accept=(False,)),
+    # SkyRL's HFModelWrapper compiles its chunked entropy for the policy only (its ref wrapper
+    # is built without the flag), as hybrid's actor.use_torch_compile does (workers/compiled_entropy.py).
+    custom(
+        "trainer.policy.use_torch_compile",
+        (f"{ARR}.actor.use_torch_compile", f"{ARR}.ref.use_torch_compile"),
+        lambda value, ctx: {f"{ARR}.actor.use_torch_compile": value, f"{ARR}.ref.use_torch_compile": False},
+        "same value for the actor; the reference false",
+        "the policy's entropy through torch.compile",
+    ),
     refuse("trainer.policy.record_memory", "no memory-snapshot switch in hybrid", accept=(False,)),
     same(
         "trainer.gradient_checkpointing",

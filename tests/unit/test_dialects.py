@@ -138,10 +138,10 @@ def test_cfg_job_prints_the_roll_file_in_verl_keys(tmp_path):
 
 def test_refusal_exits_2_with_every_problem_and_no_traceback(tmp_path):
     done = run_cli(
-        tmp_path, "--dialect", "skyrl", "trainer.policy.use_torch_compile=true", "trainer.update_ref_every_epoch=true"
+        tmp_path, "--dialect", "skyrl", "trainer.policy.record_memory=true", "trainer.update_ref_every_epoch=true"
     )
     assert done.returncode == 2
-    assert "trainer.policy.use_torch_compile=true: hybrid does not torch.compile" in done.stderr
+    assert "trainer.policy.record_memory=true: no memory-snapshot switch in hybrid" in done.stderr
     assert "trainer.update_ref_every_epoch=true: hybrid's reference stays the initial policy" in done.stderr
     assert "Traceback" not in done.stderr
 

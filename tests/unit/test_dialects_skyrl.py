@@ -306,7 +306,6 @@ SKYRL_REFUSED = [
     ("deepspeed_config.train.zero_optimization.stage=3", "DeepSpeed"),
     ("trainer.sequence_parallel_backend=ring", "supported: ulysses"),
     ("trainer.ref.sequence_parallel_size=2", "splits sequences as the policy does"),
-    ("trainer.policy.use_torch_compile=true", "torch.compile"),
     ("trainer.update_ref_every_epoch=true", "reference stays the initial policy"),
     ("trainer.fully_async.max_staleness_steps=4", "requires trainer.placement.colocate_all=false"),
     ("trainer.algorithm.dynamic_sampling.type=replace", "replace has no equivalent"),
@@ -431,7 +430,6 @@ def test_skyrl_documents_at_least_twenty_refused_keys():
     keys = {r.key for r in refused}
     for key in (
         "trainer.placement.colocate_policy_ref",
-        "trainer.policy.use_torch_compile",
         "generator.merge_stepwise_output",
     ):
         assert key in keys
@@ -590,3 +588,14 @@ def test_skyrl_example_script_loads_and_validates(tmp_path):
     validate_config(cfg)
     assert cfg.algorithm.adv_estimator == "grpo" and cfg.trainer.seed == 5
     assert cfg.actor_rollout_ref.actor.clip_ratio_high == 0.28
+
+
+def test_skyrl_use_torch_compile_compiles_the_policys_entropy_only():
+    # SkyRL compiles the chunked entropy of the policy's model wrapper; its reference's is built without it
+    given = ["trainer.policy.use_torch_compile=true"]
+    out = skyrl(*given)
+    assert out[f"{A}.actor.use_torch_compile"] is True and out[f"{A}.ref.use_torch_compile"] is False
+    arr = typed_config(load_config(translate_skyrl(given))).actor_rollout_ref
+    assert arr.actor.use_torch_compile is True and arr.ref.use_torch_compile is False
+    arr = typed_config(load_config(translate_skyrl(["trainer.policy.use_torch_compile=false"]))).actor_rollout_ref
+    assert arr.actor.use_torch_compile is False and arr.ref.use_torch_compile is False
