@@ -337,13 +337,9 @@ def test_a_verifiers_environment_trains_on_the_engines_tokens_with_its_rubric_re
     rubric computed by hand on the decoded last turn; the task is the row's example_id (from the
     SkyRL-style verifiers dict, else the example_id column), the environment the row's, else the key."""
     pytest.importorskip("verifiers.v1", reason="the verifiers extra: pip install -e '.[verifiers]'")
-    from tests.integration.verifiers_helpers import NUDGE, TASKS, rubric
+    from tests.integration.verifiers_helpers import NUDGE, TASKS, rubric, write_package
 
-    (tmp_path / "hybrid_toy_rubric").mkdir()
-    (tmp_path / "hybrid_toy_rubric" / "__init__.py").write_text(
-        "from tests.integration.verifiers_helpers import QuestionTaskset, TwoTurnChat\n\n"
-        "__all__ = ['QuestionTaskset', 'TwoTurnChat']\n"
-    )
+    write_package(tmp_path, "hybrid_toy_rubric")
     env_id = "someone/hybrid-toy-rubric@0.1.0"
     order = [2, 0, 3, 1]  # rows name tasks out of order
     chats = [[{"role": "user", "content": TASKS[i][0]}] for i in order]
@@ -397,3 +393,30 @@ def test_a_verifiers_environment_trains_on_the_engines_tokens_with_its_rubric_re
         assert out.batch["env_rewards"][row].sum().item() == pytest.approx(expected, abs=1e-6)
         assert out.batch["env_rewards"][row, max(i for i, m in enumerate(mask) if m)].item() == pytest.approx(expected)
     assert list(out.non_tensor_batch["multi_turn_turns"]) == [2] * len(order)
+
+
+def test_a_verifiers_episode_past_the_budget_ends_with_length_and_no_reward(fresh, tokenizer, tmp_path):
+    """A response budget (12 tokens) that the nudge after the first 5-token turn overruns: the
+    endpoint ends each session (400 context_length_exceeded to the harness), the trajectory ends
+    with finish reason length, keeps its first turn (mask 1) and gets no reward."""
+    pytest.importorskip("verifiers.v1", reason="the verifiers extra: pip install -e '.[verifiers]'")
+    import sys
+
+    from tests.integration.verifiers_helpers import TASKS, write_package
+
+    write_package(tmp_path, "hybrid_toy_budget")
+    chats = [[{"role": "user", "content": question}] for question, _ in TASKS]
+    agent = {"enable_http_endpoint": True, "http_endpoint_port": 0, "verifiers_env": "hybrid_toy_budget"}
+    _set(fresh, agent=agent, response_length=12)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        out = _agents(fresh, chat_batch(tokenizer, chats, example_id=list(range(len(TASKS)))))
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("hybrid_toy_budget", None)
+    assert list(out.non_tensor_batch["multi_turn_finish_reason"]) == ["length"] * len(TASKS)
+    assert list(out.non_tensor_batch["multi_turn_turns"]) == [1] * len(TASKS)
+    assert out.batch["env_rewards"].abs().sum().item() == 0.0
+    for mask in out.batch["response_mask"]:  # the first turn only: up to its 5 tokens, then nothing
+        kept = int(mask.sum())
+        assert 1 <= kept <= 5 and mask[:kept].all()

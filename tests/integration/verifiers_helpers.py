@@ -67,4 +67,14 @@ class TwoTurnChat(vf.Harness):
         return ProgramResult(exit_code=0, stdout="", stderr="")
 
 
+def write_package(folder, name: str) -> None:
+    """An importable package `name` in `folder` exporting this module's taskset and harness, as an
+    installed environment package does (verifiers imports `owner/name@version` as `name`)."""
+    (folder / name).mkdir()
+    (folder / name / "__init__.py").write_text(
+        "from tests.integration.verifiers_helpers import QuestionTaskset, TwoTurnChat\n\n"
+        "__all__ = ['QuestionTaskset', 'TwoTurnChat']\n"
+    )
+
+
 __all__ = ["QuestionTaskset", "TwoTurnChat"]

@@ -51,14 +51,10 @@ def test_a_row_names_its_environment_and_task_as_skyrl_writes_them():
 @pytest.mark.integration  # imports the verifiers library (1-2 s)
 def test_a_task_the_environment_lacks_or_whose_answer_differs_is_refused(tmp_path, monkeypatch):
     pytest.importorskip("verifiers.v1", reason="the verifiers extra: pip install -e '.[verifiers]'")
-    from tests.integration.verifiers_helpers import TASKS
+    from tests.integration.verifiers_helpers import TASKS, write_package
     from workers.rollout.verifiers_env import VerifiersEnvironment
 
-    (tmp_path / "hybrid_toy_tasks").mkdir()
-    (tmp_path / "hybrid_toy_tasks" / "__init__.py").write_text(
-        "from tests.integration.verifiers_helpers import QuestionTaskset, TwoTurnChat\n\n"
-        "__all__ = ['QuestionTaskset', 'TwoTurnChat']\n"
-    )
+    write_package(tmp_path, "hybrid_toy_tasks")
     monkeypatch.syspath_prepend(str(tmp_path))
     try:
         env = VerifiersEnvironment("owner/hybrid-toy-tasks@1.0")
