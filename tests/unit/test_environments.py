@@ -208,15 +208,17 @@ def test_an_abandoned_awaited_call_ending_after_its_event_loop_closed_raises_not
     pool.shutdown()
 
 
-def _pool_threads() -> int:
-    return len([t for t in threading.enumerate() if t.name.startswith("env-worker-") and t.is_alive()])
+def _pool_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name.startswith("env-worker-") and t.is_alive()}
 
 
-def _wait_for_pool_threads(count: int) -> int:
+def _still_alive(threads: set[threading.Thread]) -> int:
+    """How many of `threads` are alive after waiting up to 5 s for them to end. Only these
+    are counted: other modules' pools may end theirs meanwhile (the collection below)."""
     deadline = time.monotonic() + 5
-    while _pool_threads() != count and time.monotonic() < deadline:
+    while any(t.is_alive() for t in threads) and time.monotonic() < deadline:
         time.sleep(0.01)
-    return _pool_threads()
+    return sum(t.is_alive() for t in threads)
 
 
 def test_a_step_pool_nobody_holds_ends_its_threads_as_shutdown_does():
@@ -224,16 +226,18 @@ def test_a_step_pool_nobody_holds_ends_its_threads_as_shutdown_does():
     # its engine were gone: ~250 threads in the suite's process by the end of a run.
     before = _pool_threads()
     pool = StepPool(workers=3, timeout_s=1.0)
+    threads = _pool_threads() - before
+    assert len(threads) == 3
     assert [o.value for o in pool.run([lambda: 1, lambda: 2])] == [1, 2]
-    assert _wait_for_pool_threads(before + 3) == before + 3
     del pool
     gc.collect()
-    assert _wait_for_pool_threads(before) == before
+    assert _still_alive(threads) == 0
     kept = StepPool(workers=2, timeout_s=1.0)
-    assert _wait_for_pool_threads(before + 2) == before + 2
+    threads = _pool_threads() - before
+    assert len(threads) == 2
     kept.shutdown()
     kept.shutdown()  # a second shutdown (or the collection after it) ends nothing more
-    assert _wait_for_pool_threads(before) == before
+    assert _still_alive(threads) == 0
 
 
 class _PoolOwner:
@@ -253,14 +257,15 @@ def test_a_dropped_owner_whose_calls_hold_it_ends_its_pools_threads():
     # tests/integration/test_multi_turn.py at the end of its module).
     before = _pool_threads()
     owner = _PoolOwner()
+    threads = _pool_threads() - before
+    assert len(threads) == 2
     assert all(o.value is owner for o in owner.pool.run([owner.step, owner.step]))
     assert asyncio.run(owner.pool.call(owner.step)).value is owner  # the agent loop's way
-    assert _wait_for_pool_threads(before + 2) == before + 2
     gone = weakref.ref(owner)
     del owner
     gc.collect()
     assert gone() is None
-    assert _wait_for_pool_threads(before) == before
+    assert _still_alive(threads) == 0
 
 
 # ---------------------------------------------------------------- tools
