@@ -72,8 +72,30 @@ def check_inputs(config) -> None:
     for message in missing_logger_packages(config.trainer.logger):
         found.add(message)
     check_engine_installed(config, found)
+    check_verifiers_installed(config.actor_rollout_ref.rollout.agent, found)
     if found.problems:
         raise InputError(found.problems, found.causes)
+
+
+def check_verifiers_installed(agent, found: Findings) -> None:
+    """A run of verifiers environments (workers/rollout/verifiers_env.py) has the verifiers library
+    and agent.verifiers_env's environment package (verifiers imports `owner/name@version` as `name`)."""
+    import importlib.util
+
+    key = "actor_rollout_ref.rollout.agent.verifiers_env"
+    if agent.verifiers_env is None and agent.default_agent_loop != "verifiers_env":
+        return
+    if importlib.util.find_spec("verifiers") is None:
+        found.add(f"{key}: the verifiers library is not installed: pip install -e '.[verifiers]'")
+        return
+    if agent.verifiers_env is None:
+        return  # each row names its environment (verifiers.environment)
+    module = str(agent.verifiers_env).rsplit("/", 1)[-1].split("@", 1)[0].replace("-", "_").lower()
+    if importlib.util.find_spec(module) is None and importlib.util.find_spec(f"verifiers.v1.tasksets.{module}") is None:
+        found.add(
+            f"{key}={agent.verifiers_env!r}: no environment package {module!r} is installed (verifiers imports the "
+            f"environment by that name): install it (SkyRL's install_environment.py does), or put it on PYTHONPATH"
+        )
 
 
 def _data_files(config) -> list[tuple[str, str]]:

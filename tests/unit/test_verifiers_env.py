@@ -121,3 +121,25 @@ def test_skyrl_verifiers_rows_need_no_ground_truth_when_an_environment_scores_th
     found = Findings()
     check_data_files(build_config([*base, f"{KEY}=wordle", f"custom_reward_function.path={reward_file}"]), found)
     assert any(missing in p for p in found.problems)
+
+
+def test_the_environment_package_is_found_before_anything_starts(tmp_path, monkeypatch):
+    """agent.verifiers_env names an installed package as verifiers imports it (owner/ and @version
+    dropped, - as _); one that is not installed is named at preflight, in one line."""
+    from types import SimpleNamespace
+
+    from hybrid.preflight import Findings, check_verifiers_installed
+
+    (tmp_path / "my_wordle_env").mkdir()
+    (tmp_path / "my_wordle_env" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    found = Findings()
+    check_verifiers_installed(SimpleNamespace(verifiers_env="will/my-wordle-env@0.1.4", default_agent_loop=None), found)
+    check_verifiers_installed(SimpleNamespace(verifiers_env=None, default_agent_loop="verifiers_env"), found)
+    check_verifiers_installed(SimpleNamespace(verifiers_env=None, default_agent_loop=None), found)
+    assert found.problems == []
+    check_verifiers_installed(SimpleNamespace(verifiers_env="will/wordle-x@0.1", default_agent_loop=None), found)
+    assert found.problems == [
+        f"{KEY}='will/wordle-x@0.1': no environment package 'wordle_x' is installed (verifiers imports the "
+        "environment by that name): install it (SkyRL's install_environment.py does), or put it on PYTHONPATH"
+    ]

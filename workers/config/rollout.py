@@ -204,9 +204,8 @@ class RolloutConfig(LogProbBatching):
 
 def check_verifiers_env(rollout: RolloutConfig, key: str, problems: Problems) -> None:
     """agent.verifiers_env runs verifiers environments through the OpenAI endpoint (the agent
-    loop verifiers_env, workers/rollout/verifiers_env.py): what it needs, named at start."""
-    import importlib.util
-
+    loop verifiers_env, workers/rollout/verifiers_env.py): the keys it needs, named at start (the
+    packages: hybrid/preflight.py)."""
     agent = rollout.agent
     if agent.verifiers_env is None:
         return
@@ -221,8 +220,3 @@ def check_verifiers_env(rollout: RolloutConfig, key: str, problems: Problems) ->
                 f"{key}.agent.verifiers_env={agent.verifiers_env!r} runs its episodes as agent loops through "
                 f"the OpenAI endpoint: set {name}={value}"
             )
-    if importlib.util.find_spec("verifiers") is None:
-        problems.add(
-            f"{key}.agent.verifiers_env={agent.verifiers_env!r}: the verifiers library is not installed: "
-            f"pip install -e '.[verifiers]'"
-        )
