@@ -20,6 +20,7 @@ import torch
 
 from hybrid.batch_ops import assign_uids, group_metric_values, kept_group_indices
 from hybrid.config import HybridConfig
+from hybrid.config.rules_log_probs import drop_unrequested
 from hybrid.step_wise import drop_trajectories, is_step_wise, join_steps, last_steps
 from protocol.data_proto import DataProto, pad_dataproto_to_divisor
 from workers.rollout.agent_rollout import summarize_agents
@@ -154,6 +155,7 @@ class Rollouts:
         """The prompts' rows repeated n times with their responses, scored; the rollout's and
         the reward's metrics go to `into` (default: the step's reward metrics)."""
         into = self.reward_metrics if into is None else into
+        gen_out = drop_unrequested(gen_out, self.config)  # calculate_log_probs=false: no engine log-probs kept
         gen_out.meta_info.pop("timing", None)  # the driver times the call itself (timing_s/gen)
         # Logged with the step's metrics (a dynamic-sampling step: its last generation batch).
         into.update(self.multi_turn_metrics(gen_out))

@@ -11,6 +11,7 @@ from dataclasses import fields, is_dataclass
 from typing import Any
 
 from hybrid.config.rules_async import check_async
+from hybrid.config.rules_log_probs import check_rollout_log_probs
 from hybrid.config.rules_step_wise import check_step_wise
 from hybrid.config.schema import HybridConfig
 from hybrid.distillation import check_distillation
@@ -85,6 +86,7 @@ def check_config(config: HybridConfig, problems: Problems, world_size: int | Non
     _check_algorithm(config, problems)
     check_distillation(config, problems)
     config.algorithm.rollout_correction.check(problems, arr.actor)
+    check_rollout_log_probs(config, problems)
     config.algorithm.difficulty_mask.check(problems)
     _check_actor(config, world, world_desc, problems)
     _check_fsdp_size(problems, f"{ARR}.actor.fsdp_config.fsdp_size", arr.actor.fsdp_config, world, world_desc)

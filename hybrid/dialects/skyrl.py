@@ -150,7 +150,8 @@ RULES = (
         f"{ROLLOUT}.calculate_log_probs",
         _logprobs,
         "null -> false, N -> true",
-        "hybrid keeps the sampled token's log-prob",
+        "true keeps the sampled token's log-prob (rollout_log_probs); with null none is kept, and off-policy "
+        "correction, which reads them, is refused at start (hybrid/config/rules_log_probs.py)",
     ),
     custom(
         "generator.sampling_params.additional_kwargs.*",

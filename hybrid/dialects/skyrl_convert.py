@@ -424,7 +424,7 @@ def _eval_temperature(value: Any, ctx: Context) -> dict[str, Any]:
 
 
 def _logprobs(value: Any, ctx: Context) -> bool:
-    # SkyRL keeps the sampled token's log-prob for off-policy correction, as hybrid does.
+    # SkyRL asks for the sampled token's log-prob (logprobs=N) for off-policy correction; null asks for none.
     return value is not None
 
 

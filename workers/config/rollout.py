@@ -155,13 +155,8 @@ class RolloutConfig(LogProbBatching):
     log_prob_use_dynamic_bsz: bool
     log_prob_max_token_len_per_gpu: PositiveInt
     n: Annotated[int, Positive()]
-    calculate_log_probs: Annotated[
-        bool,
-        Fixed(
-            (True,),
-            "the engine's log-probs are always kept as rollout_log_probs (the engine/trainer gap is logged from them)",
-        ),
-    ]
+    # false: no rollout_log_probs kept; what reads them is refused (hybrid/config/rules_log_probs.py)
+    calculate_log_probs: bool
     update_weights_bucket_megabytes: PositiveInt
     # verl: gather the FSDP parameters layer by layer for the sync instead of all at once.
     # Our sync always streams (workers/weight_sync.py), so both values mean the same here.
