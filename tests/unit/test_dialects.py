@@ -125,6 +125,9 @@ def test_cfg_job_prints_the_skyrl_line_in_verl_keys(tmp_path):
     assert "    'n': 2" in done.stdout  # YAML quotes the key n
     assert "merge_on_finish: false" in done.stdout
     assert "n_samples_per_prompt" not in done.stdout
+    # Keys the line does not give show SkyRL's defaults (hybrid/dialects/skyrl_defaults.py).
+    assert "use_kl_loss: true" in done.stdout and "clip_ratio_high: 0.2" in done.stdout
+    assert "lr: 1.0e-06" in done.stdout and "seed: 42" in done.stdout
     assert os.listdir(tmp_path / "run") == []
 
 
