@@ -194,11 +194,6 @@ def vision_problems(config, model_type: str) -> list[str]:
             f"{why}; sequence parallelism is not built for vision inputs; set it to 1",
         ),
         (
-            arr.model.is_lora,
-            f"actor_rollout_ref.model.lora_rank={arr.model.lora_rank}: {why}; LoRA on a vision-language model is "
-            f"not built (which modules, the vision tower's); set lora_rank=0 and no lora_adapter_path",
-        ),
-        (
             arr.rollout.mode == "async" or config.async_mode is not None,
             f"{why}: agent loops and asynchronous training do not carry images yet; use the lock-step rollout "
             f"(rollout.mode=sync, hybrid_engine=true), single- or multi-turn",

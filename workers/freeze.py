@@ -6,10 +6,12 @@ Two keys ask for it, both on `actor_rollout_ref.actor`:
   (`model.visual` in transformers' layout, `visual` in the older one), as verl's
   get_vl_model_vision_tower finds it; a model without one is trained whole, with a line
   saying so, as verl does.
+  With LoRA the tower's adapters (peft's all-linear adapts the tower's linears too) are
+  frozen with it: only the language model's adapters train.
 * `freeze_module_prefix` (ROLL's `model_args.freeze_module_prefix`): every parameter whose
   name starts with one of the prefixes (a comma-separated string or a list), as ROLL's
   model_providers.freeze_model does; for any model, text models too. A prefix that matches no
-  parameter is refused (ROLL would train everything without a word).
+  parameter is refused (ROLL would train everything without a word), and so is it with LoRA.
 
 Frozen parameters get requires_grad=False before the optimizer is built, and the optimizer
 holds only the trainable ones (as for LoRA), so they have neither gradients nor optimizer
@@ -30,7 +32,10 @@ def prefixes_of(value) -> list[str]:
 
 
 def vision_tower(module: torch.nn.Module):
-    """verl's get_vl_model_vision_tower: `model.visual` (transformers >= 4.52) or `visual`."""
+    """verl's get_vl_model_vision_tower: `model.visual` (transformers >= 4.52) or `visual`; in a
+    peft model, its base model's."""
+    if hasattr(module, "get_base_model"):
+        module = module.get_base_model()
     inner = getattr(module, "model", None)
     if inner is not None and hasattr(inner, "visual"):
         return inner.visual
@@ -41,16 +46,18 @@ def freeze(module: torch.nn.Module, freeze_vision_tower: bool, module_prefix, is
     """Freeze what the two keys name in `module` (the policy, before sharding); returns the
     names of the frozen parameters."""
     prefixes = prefixes_of(module_prefix)
-    if (prefixes or freeze_vision_tower) and is_lora:
+    if prefixes and is_lora:
         raise ValueError(
-            "actor_rollout_ref.actor.freeze_module_prefix / freeze_vision_tower with LoRA: the adapters already "
-            "leave the base model frozen (ROLL ignores freeze_module_prefix with LoRA); drop one of the two"
+            "actor_rollout_ref.actor.freeze_module_prefix with LoRA: the adapters already leave the base model "
+            "frozen (ROLL ignores freeze_module_prefix with LoRA); drop one of the two"
         )
     if freeze_vision_tower:
         tower = vision_tower(module)
         if tower is None:
             print("actor_rollout_ref.actor.freeze_vision_tower=true: the model has no vision tower; all of it trains")
         else:
+            # Under LoRA (`module` a peft model) the tower's adapters freeze with it: they keep the
+            # values they start with (new adapters: B = 0, so the tower computes the base model's).
             tower.requires_grad_(False)
     names = [name for name, _ in module.named_parameters()]
     for prefix in prefixes:

@@ -17,14 +17,14 @@ import pytest
 import torch
 
 from tests.integration.checkpoint_helpers import run_config
-from tests.integration.vision_helpers import build_tiny_qwen25_vl_dir, random_image
+from tests.integration.vision_helpers import random_image, tiny_qwen25_vl_dir
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
 def vl_dir(tmp_path_factory, default_model_dir) -> str:
-    return build_tiny_qwen25_vl_dir(tmp_path_factory.mktemp("qwen25_vl"), default_model_dir)
+    return tiny_qwen25_vl_dir(tmp_path_factory, default_model_dir)
 
 
 def _png(image) -> bytes:

@@ -18,9 +18,9 @@ import torch
 from tests.integration.checkpoint_helpers import run_config
 from tests.integration.vision_helpers import (
     OBSERVATION_SIZES,
-    build_tiny_qwen25_vl_dir,
     image_message,
     random_image,
+    tiny_qwen25_vl_dir,
 )
 
 pytestmark = pytest.mark.integration
@@ -31,7 +31,7 @@ PROMPT_SIZE = (8, 8)  # 1 image token (4-pixel patches merged 2 x 2)
 
 @pytest.fixture(scope="module")
 def vl_dir(tmp_path_factory, default_model_dir) -> str:
-    return build_tiny_qwen25_vl_dir(tmp_path_factory.mktemp("qwen25_vl_mt"), default_model_dir)
+    return tiny_qwen25_vl_dir(tmp_path_factory, default_model_dir)
 
 
 @pytest.fixture(scope="module")

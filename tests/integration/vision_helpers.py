@@ -98,6 +98,18 @@ def build_tiny_qwen25_vl_dir(out_dir, default_model_dir, seed: int = 0) -> str:
     return str(out_dir)
 
 
+_BUILT: dict[str, str] = {}
+
+
+def tiny_qwen25_vl_dir(tmp_path_factory, default_model_dir) -> str:
+    """The tiny checkpoint, built once per test session (per pytest base temp folder) and shared
+    by the vision test files, which only read it: each build costs ~5 s."""
+    base = str(tmp_path_factory.getbasetemp())
+    if base not in _BUILT:
+        _BUILT[base] = build_tiny_qwen25_vl_dir(tmp_path_factory.mktemp("qwen25_vl"), default_model_dir)
+    return _BUILT[base]
+
+
 def random_image(height: int, width: int, seed: int):
     import numpy as np
     from PIL import Image

@@ -46,8 +46,8 @@ def test_refusals(llama):
         "actor_rollout_ref.actor.freeze_module_prefix: no parameter name starts with 'visual' (names start with "
         "lm_head., model.; e.g. model.embed_tokens.weight)"
     )
-    with pytest.raises(ValueError, match="with LoRA: the adapters already leave the base model frozen"):
-        freeze(llama, True, None, is_lora=True)
+    with pytest.raises(ValueError, match="freeze_module_prefix with LoRA: the adapters already leave the base model"):
+        freeze(llama, False, "model.layers.0.", is_lora=True)
 
 
 def test_vision_tower(llama, default_model_dir, capsys):
