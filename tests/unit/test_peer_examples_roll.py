@@ -19,6 +19,7 @@ UNDERSTOOD_EXAMPLES = {
     "examples/ascend_examples/qwen3_8b_rlvr_fsdp2.yaml",
     "examples/qwen2.5-7B-rlvr_megatron/rlvr_fsdp2_sp2.yaml",
     "examples/qwen2.5-7B-rlvr_megatron/rlvr_lora_fsdp2.yaml",
+    "examples/qwen2_5-vl-3B-rlvr_fsdp2/rlvr_fsdp2_offload.yaml",
     "examples/qwen3-30BA3B-agentic_fsdp2/agentic_val_sokoban_30a3.yaml",
     "examples/qwen3-30BA3B-rlvr_fsdp2/rlvr_config.yaml",
     "examples/qwen3-30BA3B-rlvr_fsdp2/rlvr_config_ep.yaml",

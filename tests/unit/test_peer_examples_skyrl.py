@@ -13,7 +13,7 @@ from scripts.peer_examples.skyrl import registrations
 
 # The count measured at the commit that last changed the dialect (docs/config_dialects.md has
 # the table). Raise it when more examples are understood; the aim is 0.9.
-UNDERSTOOD_AT_LEAST = 58
+UNDERSTOOD_AT_LEAST = 64
 
 
 def test_no_skyrl_example_ends_in_a_traceback_and_the_understood_count_holds():
