@@ -67,7 +67,7 @@ def image_files(tmp_path_factory):
 def _full(module) -> dict[str, torch.Tensor]:
     from workers.weight_sync import iter_full_weights
 
-    return {n: t.clone() for n, t in iter_full_weights(module.state_dict(), torch.float32, 1 << 24, False)}
+    return {n: t.cpu().clone() for n, t in iter_full_weights(module.state_dict(), torch.float32, 1 << 24, False)}
 
 
 def _base_log_probs(model, data) -> torch.Tensor:
