@@ -25,6 +25,8 @@ Runs (each a subprocess; its metrics.jsonl is read back):
   must equal `smol135_bf16`'s, and the memory held between phases falls.
 - `smol135_liger`: the same with liger-kernel: losses close to `smol135_bf16`'s (other kernels).
 - `smol135_offload_policy`, `smol135_checkpointing`: FSDP2's CPUOffloadPolicy; gradient checkpointing.
+- `smol135_compile`: verl's `actor.use_torch_compile=true` (the entropy through torch.compile, the
+  ref following): its metrics against `smol135_bf16`'s.
 - `smol135_profile`: the bf16 run with the torch profiler on step 3 (verl's global_profiler keys);
   the trace is summarised as the busiest kernels, CUDA runtime calls and CPU operators (not yet
   run on a GPU: the first lease found the small update overhead-bound and did not profile it).
@@ -187,6 +189,7 @@ def runs(models: dict, files: dict, work: Path) -> dict[str, tuple[list[str], di
         "smol135_offload_policy": (smol + ["actor_rollout_ref.actor.fsdp_config.offload_policy=true"], {}),
         "smol135_checkpointing": (smol + ["actor_rollout_ref.model.enable_gradient_checkpointing=true"], {}),
         "smol135_profile": (smol + profile_args(work / "profile"), {}),
+        "smol135_compile": (smol + ["actor_rollout_ref.actor.use_torch_compile=true"], {}),
         "smol1b7_bf16": (big, {}),
     }
 
@@ -250,7 +253,13 @@ def summary(results: dict) -> list[tuple[str, str]]:
             if key in last:
                 parts.append(f"{key.split('/')[-1]}={float(last[key]):.4g}")
         rows.append((name, " ".join(parts)))
-    variants = ("smol135_offload", "smol135_liger", "smol135_offload_policy", "smol135_checkpointing")
+    variants = (
+        "smol135_offload",
+        "smol135_liger",
+        "smol135_offload_policy",
+        "smol135_checkpointing",
+        "smol135_compile",
+    )
     pairs = [("tiny_cuda", "tiny_cpu"), ("real_cuda", "real_cpu")] + [("smol135_bf16", name) for name in variants]
     for a, b in pairs:
         if results.get(a, {}).get("steps") and results.get(b, {}).get("steps"):
