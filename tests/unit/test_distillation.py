@@ -183,8 +183,11 @@ def test_a_skyrl_reference_model_nothing_reads_is_refused():
     from hybrid.dialects import translate_argv
 
     argv = ["--dialect", "skyrl", "trainer.policy.model.path=/m/student", "trainer.ref.model.path=/m/teacher"]
+    # SkyRL's own default use_kl_loss=true reads the reference: with it, the path is used
+    assert build_config(translate_argv(argv)).actor_rollout_ref.ref.model.path == "/m/teacher"
+    no_kl = [*argv, "trainer.algorithm.use_kl_loss=false"]
     assert f"- {TEACHER}='/m/teacher' names a reference model, but nothing reads one" in str(
-        pytest.raises(ConfigError, build_config, translate_argv(argv)).value
+        pytest.raises(ConfigError, build_config, translate_argv(no_kl)).value
     )
     # the policy's own path is SkyRL's default: nothing to load
     same = build_config(translate_argv([*argv[:3], "trainer.ref.model.path=/m/student"]))
