@@ -39,7 +39,7 @@ NAMED_ERRORS = frozenset(
         "hybrid.config.loading.ConfigError",
         "hybrid.data.DataError",
         "hybrid.checkpoint_folders.CheckpointError",
-        "reward.manager.RewardFunctionError",
+        "reward.manager_base.RewardFunctionError",
         "reward.environments.base.EnvironmentFailed",
         "hybrid.controller.ray_worker_group.WorkerFailedError",
     }

@@ -379,7 +379,7 @@ def test_reward_function_failures_during_training(tmp_path, tokenizer):
     )
     trace = messages["raises"].split("hybrid: ")[0]
     assert 'scores.py", line 6, in raises' in trace and 'scores.py", line 2, in parse' in trace
-    assert "reward/manager.py" not in trace
+    assert "reward/manager" not in trace and "reward/prime_manager" not in trace
     assert (
         messages["text"]
         == "hybrid: " + where.format("text")
