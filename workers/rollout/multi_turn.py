@@ -306,14 +306,18 @@ class MultiTurnLoop:
         else:
             trajectory.prompt_ids = render_prompt_ids(self.tokenizer, messages, self.factory.tool_schemas)
             trajectory.prompt_rendered = True
-            if len(trajectory.prompt_ids) > input_ids.shape[1]:
-                raise ValueError(
-                    f"the environment's first prompt for {self._row_label(trajectory, rows)} is "
-                    f"{len(trajectory.prompt_ids)} tokens, longer than the prompt width {input_ids.shape[1]} "
-                    f"(data.max_prompt_length)"
-                )
+            self._check_prompt_width(trajectory, rows, input_ids.shape[1])
         if self.budget(trajectory) < 1:
             trajectory.finish = "length"
+
+    def _check_prompt_width(self, trajectory: Trajectory, rows, width: int, counted: str = "") -> None:
+        """An environment's own first prompt must fit the width the batch's prompts were padded to."""
+        if len(trajectory.prompt_ids) > width:
+            raise ValueError(
+                f"the environment's first prompt for {self._row_label(trajectory, rows)} is "
+                f"{len(trajectory.prompt_ids)} tokens{counted}, longer than the prompt width {width} "
+                f"(data.max_prompt_length)"
+            )
 
     def turn_prompt(self, trajectory: Trajectory) -> list[int]:
         """What the next model turn continues: the prompt, the model's turns and the observations."""

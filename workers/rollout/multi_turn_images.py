@@ -130,12 +130,7 @@ class VisionLoop(MultiTurnLoop):
             trajectory.prompt_ids, images, vision = self._render(messages, True, where)
             trajectory.vision.add(images, vision)
             trajectory.prompt_rendered = True
-            if len(trajectory.prompt_ids) > input_ids.shape[1]:
-                raise ValueError(
-                    f"the environment's first prompt for {self._row_label(trajectory, rows)} is "
-                    f"{len(trajectory.prompt_ids)} tokens with its image tokens, longer than the prompt width "
-                    f"{input_ids.shape[1]} (data.max_prompt_length)"
-                )
+            self._check_prompt_width(trajectory, rows, input_ids.shape[1], counted=" with its image tokens")
         if self.budget(trajectory) < 1:
             trajectory.finish = "length"
 
