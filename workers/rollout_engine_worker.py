@@ -49,6 +49,7 @@ from workers.model_loading import load_tokenizer, model_path_in_shm
 from workers.rollout.agent_rollout import check_shared_driver
 from workers.rollout.async_engine import AsyncEngineDriver
 from workers.rollout.base import DUMMY_LOAD_FORMATS
+from workers.rollout.engine import build_engine
 
 if TYPE_CHECKING:  # annotations only: the config package imports worker modules
     from workers.config import ActorRolloutRefConfig
@@ -82,7 +83,7 @@ class RolloutEngineWorker:
         if cfg.mode == "async":
             check_shared_driver(cfg.agent)  # before the engine takes its memory
         tokenizer = load_tokenizer(model.tokenizer, model.trust_remote_code)
-        self.rollout = _engine_class(cfg.name)(model, cfg, tokenizer, _hf_config(model))
+        self.rollout = build_engine(model, cfg, tokenizer, _hf_config(model))
         if cfg.load_format not in DUMMY_LOAD_FORMATS:
             self._version = 0  # the model folder's weights
         if cfg.mode == "async":
@@ -266,18 +267,6 @@ class _Gate:
             async with self._cond:
                 self._busy = False
                 self._cond.notify_all()
-
-
-def _engine_class(name: str):
-    if name == "vllm":
-        from workers.rollout.vllm_rollout import VLLMRollout
-
-        return VLLMRollout
-    if name == "hf":
-        from workers.rollout.hf_rollout import HFRollout
-
-        return HFRollout
-    raise ValueError(f"actor_rollout_ref.rollout.name={name!r} is not supported; supported: vllm, hf")
 
 
 def _hf_config(model):

@@ -144,7 +144,10 @@ def test_full_kl_is_refused_with_the_reason():
 
 def test_async_mode_needs_the_vllm_engine_and_the_endpoint_needs_async():
     message = problems_of([f"{ARR}.rollout.mode=async", f"{ARR}.rollout.name=hf"])
-    assert f"{ARR}.rollout.mode='async' runs agent loops on the vLLM engine, but {ARR}.rollout.name='hf'" in message
+    assert (
+        f"{ARR}.rollout.mode='async' runs agent loops, which {ARR}.rollout.name='hf' (transformers' generate) does "
+        f"not run; set name=vllm or mode=sync" in message
+    )
     message = problems_of([f"{ARR}.rollout.agent.enable_http_endpoint=true"])
     assert "enable_http_endpoint=True serves the engine to agent loops" in message
     assert build_config([f"{ARR}.rollout.mode=async"]).actor_rollout_ref.rollout.mode == "async"

@@ -24,6 +24,7 @@ from protocol.config_schema import (
 )
 from workers.config.batching import LogProbBatching
 from workers.config.vllm_args import check_engine_kwargs
+from workers.rollout.engine import ENGINES, engine_names, engines_with
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,7 @@ class RolloutConfig(LogProbBatching):
     name: Annotated[
         str,
         OneOf(
-            lambda: ("vllm", "hf"),
+            engine_names,
             unsupported=(("sglang", "hybrid's rollout engines are in-process vLLM and Hugging Face generate"),),
         ),
     ]
@@ -169,10 +170,11 @@ class RolloutConfig(LogProbBatching):
 
     def check(self, problems: Problems) -> None:
         key = "actor_rollout_ref.rollout"
-        if self.mode == "async" and self.name != "vllm":
+        spec = ENGINES.get(self.name) if valid(self.name) else None
+        if self.mode == "async" and spec is not None and not spec.agent_loops:
             problems.add(
-                f"{key}.mode='async' runs agent loops on the vLLM engine, but {key}.name={fmt(self.name)}; "
-                f"set name=vllm or mode=sync"
+                f"{key}.mode='async' runs agent loops, which {key}.name={fmt(self.name)} ({spec.description}) does not "
+                f"run; set name={'/'.join(engines_with(agent_loops=True))} or mode=sync"
             )
         if self.agent.enable_http_endpoint is True and self.mode != "async":
             problems.add(
@@ -181,20 +183,22 @@ class RolloutConfig(LogProbBatching):
             )
         check_verifiers_env(self, key, problems)
         engine_kwargs = self.engine_kwargs.vllm if valid(self.engine_kwargs) and valid(self.engine_kwargs.vllm) else {}
-        if engine_kwargs and self.name == "vllm":
+        if spec is None:
+            return
+        if engine_kwargs and spec.engine_kwargs_section is not None:
             check_engine_kwargs(f"{key}.engine_kwargs.vllm", engine_kwargs, problems)
-        elif engine_kwargs and self.name == "hf":
+        elif engine_kwargs:
             problems.add(
                 f"{key}.engine_kwargs.vllm gives {', '.join(sorted(map(str, engine_kwargs)))} for the vLLM engine, "
-                f"which {key}.name='hf' (transformers' generate) does not use; remove them or set name=vllm"
+                f"which {key}.name={fmt(self.name)} ({spec.description}) does not use; remove them or set "
+                f"name={'/'.join(engines_with(engine_kwargs_section='vllm'))}"
             )
-        if self.name == "hf":
-            for key in ("presence_penalty", "frequency_penalty"):
-                if valid(getattr(self, key)) and getattr(self, key) != 0:
-                    problems.add(
-                        f"actor_rollout_ref.rollout.{key}={getattr(self, key)} has no equivalent in transformers' "
-                        f"generate (rollout.name='hf'); use rollout.name=vllm or set it to 0"
-                    )
+        for name in spec.unsupported_sampling:
+            if valid(getattr(self, name)) and getattr(self, name) != 0:
+                problems.add(
+                    f"{key}.{name}={getattr(self, name)} has no equivalent in {key}.name={fmt(self.name)} "
+                    f"({spec.description}); set it to 0 or use another engine"
+                )
 
 
 def check_verifiers_env(rollout: RolloutConfig, key: str, problems: Problems) -> None:

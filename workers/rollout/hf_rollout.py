@@ -39,6 +39,7 @@ from workers.rollout.base import (
     repeat_greedy,
     sampling_settings,
 )
+from workers.rollout.engine import HF_ENGINE
 from workers.rollout.step_wise import loop_for_engine
 from workers.vision import MULTI_MODAL_INPUTS, generation_inputs, model_class
 from workers.vision_messages import vision_processor_of
@@ -142,6 +143,7 @@ class HFRollout:
         # A vision-language policy's multi-turn loop renders images with the processor.
         self.processor = vision_processor_of(model_config, model_hf_config)
         self.multi_turn = loop_for_engine(self, None)
+        self.capabilities = HF_ENGINE.capabilities()
 
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
         params = dict(self.model.named_parameters())
@@ -159,11 +161,16 @@ class HFRollout:
     def load_state_dict(self, state: dict) -> None:
         self.calls = int(state["calls"])
 
-    def sleep(self) -> None:
+    # transformers' generate keeps its copy of the policy resident: no sleep levels, and the
+    # colocated sequence's sleep and wake steps are no-ops here.
+    def sleep(self, level: int) -> None:
         pass
 
-    def wake_up(self) -> None:
+    def wake_up(self, tags: tuple[str, ...] | None = None) -> None:
         pass
+
+    def reset_caches(self) -> None:
+        pass  # generate keeps no cache between calls
 
     def _sample(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, settings: SamplingSettings, images=None):
         """generate on left-padded prompts: per row the generated ids (cut after a stop
