@@ -21,9 +21,9 @@ import time
 
 import ray
 
-from hybrid.roles import cpus_per_slot_for
+from hybrid.roles import cpus_per_slot_for, ray_uses_gpus
 from protocol.data_proto import DataProto
-from workers.device import is_cuda_available
+from workers.device import cpu_only_env
 from workers.rollout.remote_engine import remote_endpoints
 
 
@@ -49,9 +49,11 @@ class EnginePool:
             return
         from workers.rollout_engine_worker import RolloutEngineWorker
 
-        gpu = is_cuda_available()
+        gpu = ray_uses_gpus(self.config)  # from the cluster (hybrid/placement.py), not this process
         cores = (1 if gpu else cpus_per_slot_for(self.config)) * self._tp
         env = {"OMP_NUM_THREADS": str(cores), "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "TOKENIZERS_PARALLELISM": "false"}
+        if not gpu:
+            env.update(cpu_only_env())  # Ray leaves a GPU-less actor every GPU of its node
         remote = ray.remote(RolloutEngineWorker).options(
             num_cpus=cores, num_gpus=self._tp if gpu else 0, runtime_env={"env_vars": env}, max_concurrency=1000
         )

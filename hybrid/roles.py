@@ -14,7 +14,8 @@ import logging
 import os
 
 from hybrid.controller.local_worker_group import LocalWorkerGroup
-from workers.device import is_cuda_available
+from hybrid.placement import check_gpus_fit, gpu_asks, node_gpus, uses_gpus
+from workers.device import cuda_forced_off, is_cuda_available
 from workers.engine_logs import drop_harmless_warnings
 from workers.roles import Role
 
@@ -72,6 +73,19 @@ def init_ray_if_needed(config) -> None:
     ray.init(**kwargs)
 
 
+def ray_uses_gpus(config) -> bool:
+    """Whether this run's Ray actors ask for GPUs: from the cluster's nodes and the config
+    (hybrid/placement.py), not from the driver's own device; a cluster with fewer GPUs than
+    the run asks for is refused here, in one line."""
+    import ray
+
+    gpus_per_node = node_gpus(ray.nodes())
+    gpu = uses_gpus(gpus_per_node, cuda_forced_off(), config.trainer.device)
+    if gpu:
+        check_gpus_fit(gpus_per_node, gpu_asks(config))
+    return gpu
+
+
 def cpus_per_slot_for(config) -> int:
     """CPU cores per device slot when there is no GPU: the machine's cores split over the
     training slots, and the rollout engines' slots when they have their own."""
@@ -111,7 +125,7 @@ def build_worker_groups(config) -> dict:
     from hybrid.controller.ray_worker_group import RayResourcePool, RayWorkerGroup
 
     init_ray_if_needed(config)
-    gpu = is_cuda_available()
+    gpu = ray_uses_gpus(config)
     slots = config.trainer.n_gpus_per_node
     # Asynchronous training: the engines' slots share the machine's cores with the trainer's.
     cpus_per_slot = 1.0 if gpu else cpus_per_slot_for(config)

@@ -5,8 +5,9 @@ and MASTER_PORT in the environment before constructing the worker; the worker jo
 torch.distributed group with the backend the device helper chooses (gloo on CPU, nccl on
 GPU). World size 1 still forms a group so FSDP2 runs the same code on one rank.
 
-Every worker also says where it runs (`process_info`: pid, node; the Ray worker group
-records it so a dead rank's message can name its node) and what it holds
+Every worker also says where it runs (`process_info`: pid, node, device; the Ray worker
+group records it so a dead rank's message can name its node, and refuses two ranks on one
+GPU) and what it holds
 (`memory_stats`: resident memory, file descriptors, threads, the GPU's peak allocation).
 """
 
@@ -19,7 +20,7 @@ from datetime import timedelta
 import torch.distributed as dist
 
 from protocol.dispatch import Dispatch, register
-from workers.device import get_dist_backend, get_torch_device, set_device_for_local_rank
+from workers.device import device_report, get_dist_backend, get_torch_device, set_device_for_local_rank
 from workers.host_memory import keep_freed_host_memory, process_stats
 
 
@@ -84,12 +85,16 @@ class Worker:
         return self.rank
 
     def process_info(self) -> dict:
-        """Where this rank runs: {'pid', 'node_ip', 'node_id', 'hostname'}."""
+        """Where this rank runs: {'pid', 'node_ip', 'node_id', 'hostname'} and its device
+        (workers/device.device_report: 'device', 'device_index', 'device_uuid',
+        'visible_devices'), which the driver checks for two ranks on one GPU
+        (hybrid/placement.py)."""
         return {
             "pid": os.getpid(),
             "node_ip": node_ip_address(),
             "node_id": node_id(),
             "hostname": socket.gethostname(),
+            **device_report(),
         }
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)

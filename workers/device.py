@@ -97,3 +97,57 @@ def require_cuda(feature: str) -> None:
 def host_device() -> torch.device:
     """Where offloaded state lives between phases."""
     return torch.device("cpu")
+
+# ---------------------------------------------------------------- placement and collectives
+
+# What a process whose rank was placed without a GPU gets in its environment: hybrid's own
+# switch, and CUDA's, since Ray (2.60 on) no longer blanks CUDA_VISIBLE_DEVICES for an actor
+# that asked for no GPU; without it such a process would see every GPU of its node.
+CPU_ONLY_ENV = {"HYBRID_DEVICE": "cpu", "CUDA_VISIBLE_DEVICES": ""}
+
+
+def cuda_forced_off() -> bool:
+    """True when this run is held to the CPU (`trainer.device=cpu`, or HYBRID_DEVICE=cpu)."""
+    return os.environ.get("HYBRID_DEVICE") == "cpu"
+
+
+def cpu_only_env() -> dict[str, str]:
+    """The environment that keeps a worker process off every GPU (see CPU_ONLY_ENV)."""
+    return dict(CPU_ONLY_ENV)
+
+
+def device_report() -> dict:
+    """This process's device, as a rank reports it at start: {'device': 'cuda' | 'cpu',
+    'device_index': the CUDA index (None on the CPU), 'device_uuid': the GPU's uuid (None on
+    the CPU), 'visible_devices': CUDA_VISIBLE_DEVICES as set (None when unset)}. The uuid
+    names the physical GPU whatever CUDA_VISIBLE_DEVICES renumbers."""
+    report = {
+        "device": get_device_name(),
+        "device_index": None,
+        "device_uuid": None,
+        "visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    }
+    if is_cuda_available():
+        index = torch.cuda.current_device()
+        report["device_index"] = index
+        report["device_uuid"] = str(torch.cuda.get_device_properties(index).uuid)
+    return report
+
+
+def collective_target(tensor_device: str, backend: str) -> str | None:
+    """Where a tensor on `tensor_device` ('cpu', 'cuda') must go before a collective of
+    `backend` ('nccl', 'gloo'): NCCL takes device tensors only, so a host-resident tensor
+    (FSDP2's CPUOffloadPolicy, offloaded parameters) goes to the rank's GPU ('cuda'); gloo
+    takes what it is given (None: it stays)."""
+    if backend == "nccl" and tensor_device != "cuda":
+        return "cuda"
+    return None
+
+
+def for_collective(tensor: torch.Tensor) -> torch.Tensor:
+    """`tensor` where this process group's collectives take it: on a GPU a host-resident
+    tensor (a DTensor whose local shard was offloaded) is copied to this rank's device; on
+    the CPU (gloo) it is returned as it is."""
+    if collective_target(tensor.device.type, get_dist_backend()) is None:
+        return tensor
+    return tensor.to(current_device(), non_blocking=True)

@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.distributed.tensor import DTensor
 
+from workers.device import for_collective
+
 if TYPE_CHECKING:  # annotations only: the config package imports worker modules
     from workers.config import ModelConfig
 
@@ -136,7 +138,8 @@ def merge_lora_weight(base: torch.Tensor, lora_a: torch.Tensor, lora_b: torch.Te
 
 
 def _full(tensor: torch.Tensor) -> torch.Tensor:
-    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+    # A host-resident shard (offload_policy) goes to the device before NCCL gathers it.
+    return for_collective(tensor).full_tensor() if isinstance(tensor, DTensor) else tensor
 
 
 class MergedLoraWeight:

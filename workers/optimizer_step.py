@@ -25,10 +25,11 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+from torch.distributed.tensor import DTensor
 
 from protocol.data_proto import DataProto
 from workers.config.batching import MicroBatching
-from workers.device import current_device
+from workers.device import current_device, for_collective
 from workers.micro_batch import micro_batches
 from workers.vision import MULTI_MODAL_INPUTS
 
@@ -48,6 +49,19 @@ def all_reduce_sum(values: list[float]) -> list[float]:
     t = torch.tensor(values, dtype=torch.float64, device=current_device())
     dist.all_reduce(t)
     return t.tolist()
+
+
+def clip_grad_norm(parameters, max_norm: float) -> torch.Tensor:
+    """torch's `clip_grad_norm_` (L2) with one step between its halves: the total norm of the
+    sharded gradients (a DTensor each rank holds part of) is brought where the process group's
+    collectives take it before it is reduced, so gradients left on the host by FSDP2's
+    CPUOffloadPolicy can be clipped over NCCL (verl's fsdp2_clip_grad_norm_ does the same).
+    On the CPU nothing moves. Returns the total norm as a plain tensor, the same on every rank."""
+    parameters = list(parameters)
+    grads = [p.grad for p in parameters if p.grad is not None]
+    total = for_collective(torch.nn.utils.get_total_norm(grads, norm_type=2.0))
+    torch.nn.utils.clip_grads_with_norm_(parameters, max_norm, total)
+    return total.full_tensor() if isinstance(total, DTensor) else total
 
 
 def all_reduce_max(value: float) -> float:
@@ -141,10 +155,7 @@ class OptimizerStep:
         return MiniBatchCounts(units=max(units, 1.0), tokens=max(tokens, 1.0))
 
     def _clip_and_step(self) -> float:
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.module.parameters(), max_norm=self.grad_clip)
-        if hasattr(grad_norm, "full_tensor"):
-            grad_norm = grad_norm.full_tensor()
-        grad_norm = float(grad_norm)
+        grad_norm = float(clip_grad_norm(self.module.parameters(), max_norm=self.grad_clip))
         if torch.isfinite(torch.tensor(grad_norm)):
             self.optimizer.step()
         else:

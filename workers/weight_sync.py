@@ -30,6 +30,7 @@ import numpy as np
 import torch
 from torch.distributed.tensor import DTensor
 
+from workers.device import for_collective, host_device
 from workers.lora import MergedLoraWeight
 
 
@@ -40,7 +41,9 @@ def _gather(tensor: torch.Tensor | MergedLoraWeight, dtype: torch.dtype) -> torc
         if tensor.device_mesh.size() == 1:
             # One rank holds everything: skip the collective and its copy.
             return tensor.to_local().to(dtype)
-        return tensor.to(dtype).full_tensor()
+        # A shard left on the host (offload_policy) goes to the device first: NCCL gathers
+        # device tensors only (workers/device.for_collective; nothing moves on the CPU).
+        return for_collective(tensor).to(dtype).full_tensor()
     return tensor.to(dtype)
 
 
@@ -108,7 +111,9 @@ def collect_full_weights(
 
     A kept tensor never aliases the actor's live parameters (with one rank and the actor's
     own dtype the "gather" is the local tensor itself): the caller may hold the pairs across
-    later updates."""
+    later updates. Each kept tensor is moved to the host as it is gathered
+    (`workers.device.host_device`), so rank 0's GPU holds one gathered bucket at a time, not
+    the whole model until the engines have loaded it."""
     live = {t.to_local().untyped_storage().data_ptr() for t in state.values() if isinstance(t, DTensor)}
     live |= {
         t.untyped_storage().data_ptr()
@@ -118,7 +123,7 @@ def collect_full_weights(
     pairs = []
     for name, tensor in iter_full_weights(state, dtype, bucket_bytes, tie_word_embeddings):
         if keep:
-            tensor = tensor.detach()
+            tensor = tensor.detach().to(host_device())
             pairs.append((name, tensor.clone() if tensor.untyped_storage().data_ptr() in live else tensor))
     return pairs if keep else None
 

@@ -1,11 +1,14 @@
 """Worker groups on Ray: one actor per device slot, placed with placement groups.
 
-`RayResourcePool` reserves `nnodes x slots_per_node` bundles (a GPU each, or CPUs when
-no GPU is present), one STRICT_PACK placement group per node. `RayWorkerGroup` starts one
-actor of a worker class per bundle, gives each its rank, world size and the rendezvous
-address (picked on the node of bundle 0), and exposes every `@register`ed method of the
-class as a method of the group. Several groups can share one pool (the critic colocated
-with the actor-rollout-ref worker): each actor takes 1/max_colocate_count of its bundle.
+`RayResourcePool` reserves `nnodes x slots_per_node` bundles (a GPU each, or CPUs, as the
+caller decided from the cluster: hybrid/placement.py), one STRICT_PACK placement group per
+node; the ranks of a CPU pool get the environment that hides every GPU from them.
+`RayWorkerGroup` starts one actor of a worker class per bundle, gives each its rank, world
+size and the rendezvous address (picked on the node of bundle 0), and exposes every
+`@register`ed method of the class as a method of the group. At start each rank reports its
+node and device; two ranks on one GPU end the run there (`hybrid.placement.device_clash`).
+Several groups can share one pool (the critic colocated with the actor-rollout-ref worker):
+each actor takes 1/max_colocate_count of its bundle.
 
 A failed or killed rank makes the call raise at once with the group, rank, class and
 method in the message; the group's other actors are killed, since they may be blocked in
@@ -28,7 +31,9 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from hybrid.controller.base import WorkerGroup
 from hybrid.errors import debug_enabled
+from hybrid.placement import device_clash
 from workers.base import find_free_port, node_ip_address
+from workers.device import cpu_only_env
 from workers.engine_logs import ENGINE_LOG_DIR_ENV
 
 
@@ -221,6 +226,9 @@ class RayWorkerGroup(WorkerGroup):
             for name in ("HYBRID_DEVICE", ENGINE_LOG_DIR_ENV, "HYBRID_DEBUG"):
                 if os.environ.get(name):
                     env_vars[name] = os.environ[name]
+            if not resource_pool.use_gpu:
+                # Ray (2.60 on) leaves an actor that asked for no GPU every GPU of its node.
+                env_vars.update(cpu_only_env())
             options = {
                 "num_cpus": resource_pool.cpus_per_slot * share,
                 "scheduling_strategy": PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=bundle_index),
@@ -236,6 +244,10 @@ class RayWorkerGroup(WorkerGroup):
         # rank also says where it runs, for the message should it die later.
         self.placement = self._execute("process_info", [((), {})] * self.world_size)
         _OWN_WORKER_PIDS.update(info["pid"] for info in self.placement)
+        clash = device_clash(self.name, self.placement)
+        if clash is not None:
+            self.kill()
+            raise WorkerFailedError(clash)
         quiet_rays_death_reports()
 
     def _execute(self, method_name: str, per_rank_calls):
