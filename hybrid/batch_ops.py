@@ -11,7 +11,7 @@ import uuid
 import numpy as np
 import torch
 
-from hybrid.core_algos import AdvantageEstimator, get_adv_estimator_fn, masked_whiten
+from hybrid.core_algos import estimator_spec, get_adv_estimator_fn, masked_whiten
 from hybrid.step_wise import broadcast_last_step_advantages, is_step_wise
 from protocol.data_proto import DataProto
 
@@ -73,26 +73,33 @@ def rows_by_uid(uids: np.ndarray) -> dict[str, list[int]]:
     return by_uid
 
 
+# Estimator inputs read from the algorithm section (the others are the batch's columns).
+ALGORITHM_INPUTS = ("gamma", "lam", "norm_adv_by_std_in_grpo")
+
+
+def estimator_inputs(batch: DataProto, algorithm_config, name: str) -> dict:
+    """The keywords the estimator `name` takes (its spec's `inputs`), and `config`."""
+    kwargs = {"config": algorithm_config}
+    for key in estimator_spec(name).inputs:
+        if key == "index":
+            kwargs[key] = batch.non_tensor_batch["uid"]
+        elif key in ALGORITHM_INPUTS:
+            kwargs[key] = getattr(algorithm_config, key)
+        elif key in batch.batch.keys():
+            kwargs[key] = batch.batch[key]
+        elif key in batch.non_tensor_batch:
+            kwargs[key] = batch.non_tensor_batch[key]
+        else:
+            raise ValueError(f"algorithm.adv_estimator={name!r} takes {key!r}, which the batch does not have")
+    return kwargs
+
+
 def compute_advantage(batch: DataProto, algorithm_config) -> None:
-    """Fill `advantages` and `returns` with the configured estimator."""
+    """Fill `advantages` and `returns` with the configured estimator, given what its spec takes."""
     name = algorithm_config.adv_estimator
-    fn = get_adv_estimator_fn(name)
-    tensors = batch.batch
-    kwargs = dict(
-        token_level_rewards=tensors["token_level_rewards"],
-        response_mask=tensors["response_mask"],
-        index=batch.non_tensor_batch["uid"],
-        config=algorithm_config,
-    )
-    if name == AdvantageEstimator.GAE.value:
-        kwargs.update(values=tensors["values"], gamma=float(algorithm_config.gamma), lam=float(algorithm_config.lam))
-    if name == AdvantageEstimator.GRPO.value:
-        kwargs["norm_adv_by_std_in_grpo"] = algorithm_config.norm_adv_by_std_in_grpo
-    if name == AdvantageEstimator.REMAX.value:
-        kwargs["reward_baselines"] = tensors["reward_baselines"]
-    advantages, returns = fn(**kwargs)
-    tensors["advantages"] = advantages
-    tensors["returns"] = returns
+    advantages, returns = get_adv_estimator_fn(name)(**estimator_inputs(batch, algorithm_config, name))
+    batch.batch["advantages"] = advantages
+    batch.batch["returns"] = returns
 
 
 FULL_RESPONSE_MASK = "full_response_mask"

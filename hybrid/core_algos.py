@@ -2,23 +2,15 @@
 penalty folded into rewards. Re-exports the device-side losses from ``workers.losses`` so
 ``from hybrid.core_algos import agg_loss, kl_penalty, get_policy_loss_fn`` works as in verl.
 
-Advantage estimators live in a registry (``register_adv_est`` / ``get_adv_estimator_fn``).
-All of them take ``(B, T)`` tensors and return ``(advantages, returns)`` shaped ``(B, T)``,
-zero where ``response_mask`` is 0, and every one accepts the same keyword superset and
-ignores what it does not use, so the trainer can call any of them as::
-
-    fn(token_level_rewards=..., response_mask=..., index=uids, values=..., reward_baselines=...,
-       gamma=..., lam=..., norm_adv_by_std_in_grpo=..., config=algorithm_config)
-
-What each one reads:
-    gae                           values, gamma, lam (falling back to config.gamma / config.lam)
-    grpo                          index, epsilon, norm_adv_by_std_in_grpo
-    rloo, opo                     index
-    reinforce_plus_plus           gamma (falling back to config.gamma)
-    reinforce_plus_plus_baseline  index
-    remax                         reward_baselines (B,): the reward of the greedy response
-    gpg                           index, f_norm
-    no_op                         nothing else: the token-level rewards are the advantages (SkyRL's)
+Advantage estimators live in a registry (``register_adv_est`` / ``get_adv_estimator_fn``), each
+with an ``EstimatorSpec`` that states its facts: which inputs it takes (the trainer passes those
+and ``config``, the algorithm section), whether it compares a prompt's responses (``index``
+groups), whether it needs a critic (it takes ``values``) or a greedy baseline generation (it
+takes ``reward_baselines``), and what besides each response's final score its advantages are
+built from. Config rules, the driver and the rollout ask ``estimator_spec(name)``; nothing
+outside this module compares an estimator's name. All estimators take ``(B, T)`` tensors and
+return ``(advantages, returns)`` shaped ``(B, T)``, zero where ``response_mask`` is 0, and
+accept (and ignore) keywords they do not use, so verl-style calls with the whole superset work.
 
 ``index`` is a numpy array of group ids (the prompt uid of each response). Outcome
 estimators use the sequence score ``token_level_rewards.sum(-1)``.
@@ -33,6 +25,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
@@ -41,9 +34,13 @@ import torch
 
 from workers.losses import (
     AGG_LOSS_MODES,
+    AGGREGATIONS,
     KL_PENALTY_KINDS,
     POLICY_LOSS_REGISTRY,
+    AggregationSpec,
+    PolicyLossSpec,
     agg_loss,
+    aggregation_spec,
     apply_truncated_is,
     compute_entropy_loss,
     compute_policy_loss_cispo,
@@ -63,6 +60,7 @@ from workers.losses import (
     masked_sum,
     masked_var,
     masked_whiten,
+    policy_loss_spec,
     register_policy_loss,
 )
 from workers.losses import __all__ as _losses_all
@@ -70,8 +68,11 @@ from workers.losses import __all__ as _losses_all
 __all__ = list(_losses_all) + [
     "AdvantageEstimator",
     "ADV_ESTIMATOR_REGISTRY",
+    "EstimatorSpec",
+    "DEFAULT_ESTIMATOR_SPEC",
     "register_adv_est",
     "get_adv_estimator_fn",
+    "estimator_spec",
     "compute_gae_advantage_return",
     "compute_grpo_outcome_advantage",
     "compute_rloo_outcome_advantage",
@@ -105,22 +106,67 @@ class AdvantageEstimator(str, Enum):  # noqa: UP042 (StrEnum would change str() 
     GPG = "gpg"
 
 
+@dataclass(frozen=True)
+class EstimatorSpec:
+    """What an advantage estimator needs, stated where it is registered.
+
+    ``inputs``: the keywords the trainer passes it (``config``, the algorithm section, always
+    comes too): ``index`` is the rows' prompt uids; ``gamma``, ``lam`` and
+    ``norm_adv_by_std_in_grpo`` are read from the algorithm section; any other name is the
+    batch's column of that name (``values`` from the critic, ``reward_baselines`` from the
+    greedy generation, or one the step already has, e.g. ``token_level_scores``).
+    ``needs_groups``: its advantages compare the responses of one prompt (the ``index`` groups),
+    so dynamic sampling (filter_groups) can keep or drop whole groups for it.
+    ``beyond_outcome``: what, besides each response's final score, its advantages are built
+    from ("" for an outcome estimator); a rule that needs one advantage per trajectory names it.
+    """
+
+    inputs: tuple[str, ...] = ("token_level_rewards", "response_mask", "index")
+    needs_groups: bool = True
+    beyond_outcome: str = ""
+
+    @property
+    def needs_critic(self) -> bool:
+        """It takes the critic's ``values`` (GAE): a critic is built when critic.enable is null."""
+        return "values" in self.inputs
+
+    @property
+    def greedy_baseline(self) -> bool:
+        """It takes ``reward_baselines``: the score of a greedy generation per prompt (ReMax)."""
+        return "reward_baselines" in self.inputs
+
+    @property
+    def outcome_only(self) -> bool:
+        """Its advantages are one value per response, built from the final scores alone."""
+        return not self.beyond_outcome
+
+
+# The spec of an estimator registered without one (a user's ``@register_adv_est("name")``, as in
+# verl): it is given the token-level rewards, the response mask and the prompt uids, and is
+# taken to compare a prompt's responses from their final scores (GRPO-like).
+DEFAULT_ESTIMATOR_SPEC = EstimatorSpec()
+
 ADV_ESTIMATOR_REGISTRY: dict[str, Callable[..., tuple[torch.Tensor, torch.Tensor]]] = {}
+_ESTIMATOR_SPECS: dict[str, EstimatorSpec] = {}
 
 
 def _est_name(name_or_enum: str | AdvantageEstimator) -> str:
     return name_or_enum.value if isinstance(name_or_enum, Enum) else str(name_or_enum)
 
 
-def register_adv_est(name_or_enum: str | AdvantageEstimator) -> Callable:
-    """Decorator registering an advantage estimator; registering another function under a
-    taken name raises (two estimators silently sharing a name is always a bug)."""
+def register_adv_est(name_or_enum: str | AdvantageEstimator, spec: EstimatorSpec | None = None) -> Callable:
+    """Decorator registering an advantage estimator with its spec (``DEFAULT_ESTIMATOR_SPEC``
+    when none is given); registering another function under a taken name raises (two
+    estimators silently sharing a name is always a bug)."""
+    if spec is not None and not isinstance(spec, EstimatorSpec):
+        raise TypeError(f"register_adv_est({name_or_enum!r}): spec must be an EstimatorSpec, got {spec!r}")
 
     def decorator(fn):
         name = _est_name(name_or_enum)
         if name in ADV_ESTIMATOR_REGISTRY and ADV_ESTIMATOR_REGISTRY[name] is not fn:
             raise ValueError(f"Advantage estimator {name!r} is already registered: {ADV_ESTIMATOR_REGISTRY[name]}")
         ADV_ESTIMATOR_REGISTRY[name] = fn
+        _ESTIMATOR_SPECS[name] = spec or DEFAULT_ESTIMATOR_SPEC
         return fn
 
     return decorator
@@ -132,6 +178,14 @@ def get_adv_estimator_fn(name_or_enum: str | AdvantageEstimator) -> Callable[...
     if name not in ADV_ESTIMATOR_REGISTRY:
         raise ValueError(f"Unknown advantage estimator: {name!r}. Registered: {sorted(ADV_ESTIMATOR_REGISTRY)}")
     return ADV_ESTIMATOR_REGISTRY[name]
+
+
+def estimator_spec(name_or_enum: str | AdvantageEstimator) -> EstimatorSpec:
+    """The spec of the registered estimator ``name_or_enum`` (one registered into
+    ``ADV_ESTIMATOR_REGISTRY`` directly, as verl's dict allows, has the default spec)."""
+    name = _est_name(name_or_enum)
+    get_adv_estimator_fn(name)  # an unknown name fails here, listing the registered ones
+    return _ESTIMATOR_SPECS.get(name, DEFAULT_ESTIMATOR_SPEC)
 
 
 def _cfg(config: Any, key: str) -> Any:
@@ -186,7 +240,14 @@ def _outcome(per_row: torch.Tensor, response_mask: torch.Tensor) -> tuple[torch.
 # ----------------------------------------------------------------------------- estimators
 
 
-@register_adv_est(AdvantageEstimator.GAE)
+@register_adv_est(
+    AdvantageEstimator.GAE,
+    EstimatorSpec(
+        ("token_level_rewards", "values", "response_mask", "gamma", "lam"),
+        needs_groups=False,
+        beyond_outcome="per-token values and returns",
+    ),
+)
 def compute_gae_advantage_return(
     token_level_rewards: torch.Tensor,
     values: torch.Tensor,
@@ -221,7 +282,9 @@ def compute_gae_advantage_return(
     return advantages, returns
 
 
-@register_adv_est(AdvantageEstimator.GRPO)
+@register_adv_est(
+    AdvantageEstimator.GRPO, EstimatorSpec(("token_level_rewards", "response_mask", "index", "norm_adv_by_std_in_grpo"))
+)
 def compute_grpo_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -244,7 +307,7 @@ def compute_grpo_outcome_advantage(
     return _outcome(_group_relative(scores, index, normalised, lambda rows: normalised(rows, 0.0, 1.0)), response_mask)
 
 
-@register_adv_est(AdvantageEstimator.RLOO)
+@register_adv_est(AdvantageEstimator.RLOO, DEFAULT_ESTIMATOR_SPEC)
 def compute_rloo_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -263,7 +326,14 @@ def compute_rloo_outcome_advantage(
     return _outcome(_group_relative(scores, index, leave_one_out), response_mask)
 
 
-@register_adv_est(AdvantageEstimator.REINFORCE_PLUS_PLUS)
+@register_adv_est(
+    AdvantageEstimator.REINFORCE_PLUS_PLUS,
+    EstimatorSpec(
+        ("token_level_rewards", "response_mask", "gamma"),
+        needs_groups=False,
+        beyond_outcome="per-token discounted returns",
+    ),
+)
 def compute_reinforce_plus_plus_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -288,7 +358,7 @@ def compute_reinforce_plus_plus_outcome_advantage(
     return advantages, returns
 
 
-@register_adv_est(AdvantageEstimator.REINFORCE_PLUS_PLUS_BASELINE)
+@register_adv_est(AdvantageEstimator.REINFORCE_PLUS_PLUS_BASELINE, DEFAULT_ESTIMATOR_SPEC)
 def compute_reinforce_plus_plus_baseline_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -308,7 +378,14 @@ def compute_reinforce_plus_plus_baseline_outcome_advantage(
     return adv, adv
 
 
-@register_adv_est(AdvantageEstimator.REMAX)
+@register_adv_est(
+    AdvantageEstimator.REMAX,
+    EstimatorSpec(
+        ("token_level_rewards", "reward_baselines", "response_mask"),
+        needs_groups=False,
+        beyond_outcome="a greedy baseline rollout per prompt",
+    ),
+)
 def compute_remax_outcome_advantage(
     token_level_rewards: torch.Tensor,
     reward_baselines: torch.Tensor,
@@ -325,7 +402,9 @@ def compute_remax_outcome_advantage(
     return advantages, returns
 
 
-@register_adv_est(AdvantageEstimator.OPO)
+@register_adv_est(
+    AdvantageEstimator.OPO, EstimatorSpec(beyond_outcome="a baseline weighted by each whole response's length")
+)
 def compute_opo_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -345,7 +424,7 @@ def compute_opo_outcome_advantage(
     return _outcome(_group_relative(scores, index, length_weighted), response_mask)
 
 
-@register_adv_est(AdvantageEstimator.GPG)
+@register_adv_est(AdvantageEstimator.GPG, DEFAULT_ESTIMATOR_SPEC)
 def compute_gpg_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -374,7 +453,7 @@ def compute_gpg_outcome_advantage(
 # SkyRL's estimators (--dialect skyrl, trainer.algorithm.advantage_estimator); verl has neither.
 
 
-@register_adv_est("maxrl")
+@register_adv_est("maxrl", DEFAULT_ESTIMATOR_SPEC)
 def compute_maxrl_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -395,7 +474,7 @@ def compute_maxrl_advantage(
     return _outcome(_group_relative(scores, index, mean_normalised), response_mask)
 
 
-@register_adv_est("simple_baseline")
+@register_adv_est("simple_baseline", EstimatorSpec(("token_level_rewards", "response_mask"), needs_groups=False))
 def compute_simple_baseline_advantage(
     token_level_rewards: torch.Tensor, response_mask: torch.Tensor, config: Any = None, **kwargs
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -408,7 +487,14 @@ def compute_simple_baseline_advantage(
     return adv, adv.clone()
 
 
-@register_adv_est("no_op")
+@register_adv_est(
+    "no_op",
+    EstimatorSpec(
+        ("token_level_rewards", "response_mask"),
+        needs_groups=False,
+        beyond_outcome="the token-level rewards themselves",
+    ),
+)
 def compute_no_op_advantage(
     token_level_rewards: torch.Tensor, response_mask: torch.Tensor, config: Any = None, **kwargs
 ) -> tuple[torch.Tensor, torch.Tensor]:

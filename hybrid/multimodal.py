@@ -28,6 +28,7 @@ import re
 import numpy as np
 import torch
 
+from hybrid.core_algos import estimator_spec
 from workers.vision import is_vision_model, mrope_position_ids, rope_index, unsupported_vision_model
 
 # load_processor, process_image (and _image_only) live with the message helpers the workers use too.
@@ -218,8 +219,9 @@ def vision_problems(config, model_type: str) -> list[str]:
             f"reward_model.enable=true: {why}, and the reward model does not take images; score with a rule reward",
         ),
         (
-            config.algorithm.adv_estimator == "remax",
-            f"algorithm.adv_estimator=remax: {why}; its greedy baseline generation does not carry images yet",
+            estimator_spec(config.algorithm.adv_estimator).greedy_baseline,
+            f"algorithm.adv_estimator={config.algorithm.adv_estimator}: {why}; its greedy baseline generation does "
+            f"not carry images yet",
         ),
     ]
     return [message for bad, message in checks if bad]

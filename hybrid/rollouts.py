@@ -21,6 +21,7 @@ import torch
 from hybrid.batch_ops import assign_uids, group_metric_values, kept_group_indices
 from hybrid.config import HybridConfig
 from hybrid.config.rules_log_probs import drop_unrequested
+from hybrid.core_algos import estimator_spec
 from hybrid.step_wise import drop_trajectories, is_step_wise, join_steps, last_steps
 from protocol.data_proto import DataProto, pad_dataproto_to_divisor
 from workers.rollout.agent_rollout import summarize_agents
@@ -175,7 +176,7 @@ class Rollouts:
         gen_batch = self.prepare(batch)
         with timed("gen", timing):
             gen_out = self.generate(gen_batch)
-        if self.config.algorithm.adv_estimator == "remax":
+        if estimator_spec(self.config.algorithm.adv_estimator).greedy_baseline:  # ReMax's baseline
             with timed("gen_max", timing):
                 greedy = gen_batch.select(batch_keys=GEN_KEYS)
                 greedy.meta_info["do_sample"] = False

@@ -27,6 +27,7 @@ from workers.config.batching import MicroBatching
 from workers.device import current_device
 from workers.losses import (
     agg_loss,
+    aggregation_spec,
     compute_policy_loss_reinforce,
     get_policy_loss_fn,
     kl_penalty,
@@ -159,14 +160,15 @@ class DataParallelPPOActor:
         data, where = self._correct(data, settings, on_policy, stats)
         keys = self._update_keys(data, on_policy, settings)
         loss = _PolicyMicroLoss(self, cfg, temperature, on_policy, "rollout_log_probs" in keys, settings, where, stats)
+        aggregation = aggregation_spec(cfg.loss_agg_mode)
         plan = UpdatePlan(
             samples_per_rank=cfg.mini_batch_samples_per_rank,
             epochs=cfg.ppo_epochs,
             shuffle=cfg.shuffle,
             seed=cfg.data_loader_seed if cfg.data_loader_seed is not None else 0,
             micro=cfg.update_batching.for_model(self.share_prompts, self.sp),
-            seq_level=cfg.loss_agg_mode.startswith("seq-mean"),
-            summed=cfg.loss_agg_mode == "token-sum",
+            seq_level=aggregation.seq_level,
+            summed=aggregation.summed,
         )
         metrics = self.step.run(data, keys, plan, loss)
         if cfg.use_kl_loss:

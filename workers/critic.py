@@ -16,7 +16,7 @@ import torch
 from protocol.data_proto import DataProto
 from workers.config.batching import MicroBatching
 from workers.device import current_device
-from workers.losses import compute_value_loss, masked_mean
+from workers.losses import aggregation_spec, compute_value_loss, masked_mean
 from workers.micro_batch import micro_batches, response_inputs, to_rows
 from workers.optimizer_step import MiniBatchCounts, OptimizerStep, UpdatePlan, world_size
 from workers.ulysses import SequenceParallel, SequenceSplit
@@ -99,8 +99,8 @@ class DataParallelPPOCritic:
             shuffle=cfg.shuffle,
             seed=CRITIC_SHUFFLE_SEED,
             micro=cfg.update_batching.for_model(self.share_prompts, self.sp),
-            seq_level=cfg.loss_agg_mode.startswith("seq-mean"),
-            summed=cfg.loss_agg_mode == "token-sum",
+            seq_level=aggregation_spec(cfg.loss_agg_mode).seq_level,
+            summed=aggregation_spec(cfg.loss_agg_mode).summed,
         )
         return self.step.run(data, keys, plan, self._micro_loss)
 

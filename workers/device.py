@@ -98,6 +98,7 @@ def host_device() -> torch.device:
     """Where offloaded state lives between phases."""
     return torch.device("cpu")
 
+
 # ---------------------------------------------------------------- placement and collectives
 
 # What a process whose rank was placed without a GPU gets in its environment: hybrid's own

@@ -18,6 +18,9 @@ Differences from verl, on purpose:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import NamedTuple
+
 import torch
 import torch.nn.functional as F
 
@@ -29,6 +32,9 @@ __all__ = [
     "logprobs_from_logits",
     "entropy_from_logits",
     "AGG_LOSS_MODES",
+    "AGGREGATIONS",
+    "AggregationSpec",
+    "aggregation_spec",
     "agg_loss",
     "KL_PENALTY_KINDS",
     "kl_penalty",
@@ -135,7 +141,39 @@ def entropy_from_logits(logits: torch.Tensor, chunk_fn=chunk_entropy) -> torch.T
 
 # ----------------------------------------------------------------------------- aggregation
 
-AGG_LOSS_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+
+class AggregationSpec(NamedTuple):
+    """A ``loss_agg_mode``: how a ``(B, T)`` loss becomes a scalar, and what the update asks of it.
+
+    ``seq_level``: a mean over sequences (rows with a loss token), each reduced by
+    ``per_sequence(token_sum, token_count, scale)``; the update weighs micro-batches by their rows.
+    Otherwise a reduction over tokens, weighed by tokens. ``summed``: a sum with no denominator,
+    so the micro-batches' and ranks' losses add up instead of being averaged."""
+
+    seq_level: bool
+    summed: bool = False
+    per_sequence: Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor] | None = None
+
+
+AGGREGATIONS: dict[str, AggregationSpec] = {
+    "token-mean": AggregationSpec(seq_level=False),
+    "token-sum": AggregationSpec(seq_level=False, summed=True),
+    "seq-mean-token-sum": AggregationSpec(seq_level=True, per_sequence=lambda seq_sum, tokens, scale: seq_sum),
+    "seq-mean-token-mean": AggregationSpec(
+        seq_level=True, per_sequence=lambda seq_sum, tokens, scale: seq_sum / tokens.clamp(min=1)
+    ),
+    "seq-mean-token-sum-norm": AggregationSpec(
+        seq_level=True, per_sequence=lambda seq_sum, tokens, scale: seq_sum / scale
+    ),
+}
+AGG_LOSS_MODES = tuple(AGGREGATIONS)
+
+
+def aggregation_spec(loss_agg_mode: str) -> AggregationSpec:
+    """The spec of ``loss_agg_mode``; an unknown mode raises naming the valid ones."""
+    if loss_agg_mode not in AGGREGATIONS:
+        raise ValueError(f"Invalid loss_agg_mode: {loss_agg_mode!r}. Valid modes: {list(AGG_LOSS_MODES)}")
+    return AGGREGATIONS[loss_agg_mode]
 
 
 def agg_loss(
@@ -156,24 +194,17 @@ def agg_loss(
 
     Sequences without a single valid token (padding rows) are left out of the sequence mean.
     """
-    if loss_agg_mode not in AGG_LOSS_MODES:
-        raise ValueError(f"Invalid loss_agg_mode: {loss_agg_mode!r}. Valid modes: {list(AGG_LOSS_MODES)}")
-    if loss_agg_mode == "token-mean":
+    spec = aggregation_spec(loss_agg_mode)
+    if not spec.seq_level:
+        if spec.summed:
+            return masked_sum(loss_mat, loss_mask.to(loss_mat.dtype))
         return masked_mean(loss_mat, loss_mask)
-    if loss_agg_mode == "token-sum":
-        return masked_sum(loss_mat, loss_mask.to(loss_mat.dtype))
     mask = loss_mask.to(loss_mat.dtype)
     seq_sum = masked_sum(loss_mat, mask, axis=-1)
     tokens = mask.sum(dim=-1)
     seq_valid = (tokens > 0).to(loss_mat.dtype)
-    if loss_agg_mode == "seq-mean-token-sum":
-        seq_losses = seq_sum
-    elif loss_agg_mode == "seq-mean-token-mean":
-        seq_losses = seq_sum / tokens.clamp(min=1)
-    else:
-        scale = float(loss_mask.shape[-1]) if loss_scale_factor is None else float(loss_scale_factor)
-        seq_losses = seq_sum / scale
-    return masked_mean(seq_losses, seq_valid)
+    scale = float(loss_mask.shape[-1]) if loss_scale_factor is None else float(loss_scale_factor)
+    return masked_mean(spec.per_sequence(seq_sum, tokens, scale), seq_valid)
 
 
 # ----------------------------------------------------------------------------- KL

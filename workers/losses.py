@@ -1,6 +1,7 @@
 """Device-side policy losses for PPO-family training: the policy-loss registry, the losses
 registered in it (vanilla PPO, GSPO, Clip-Cov, KL-Cov, CISPO, SAPO, GPG, geo-mean, GLM-5's rollout_is) and the
-REINFORCE loss of bypass mode. The shared maths they are built from (masked statistics, log-probs and entropy
+REINFORCE loss of bypass mode; each registered loss carries a ``PolicyLossSpec`` (what it asks of its
+batches: the config rules read it). The shared maths they are built from (masked statistics, log-probs and entropy
 from logits, loss aggregation, KL estimators, the value and entropy losses) is in
 workers/loss_math.py and re-exported here, so callers import all of it from this module.
 
@@ -27,14 +28,17 @@ the response horizon), as verl passes it through ``global_batch_info``.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
 from workers.loss_math import (
     AGG_LOSS_MODES,
+    AGGREGATIONS,
     KL_PENALTY_KINDS,
+    AggregationSpec,
     agg_loss,
+    aggregation_spec,
     compute_entropy_loss,
     compute_value_loss,
     entropy_from_logits,
@@ -54,12 +58,17 @@ __all__ = [
     "logprobs_from_logits",
     "entropy_from_logits",
     "AGG_LOSS_MODES",
+    "AGGREGATIONS",
+    "AggregationSpec",
+    "aggregation_spec",
     "agg_loss",
     "KL_PENALTY_KINDS",
     "kl_penalty",
     "POLICY_LOSS_REGISTRY",
+    "PolicyLossSpec",
     "register_policy_loss",
     "get_policy_loss_fn",
+    "policy_loss_spec",
     "apply_truncated_is",
     "compute_policy_loss_vanilla",
     "compute_policy_loss_gspo",
@@ -89,11 +98,36 @@ PolicyLossFn = Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]
 POLICY_LOSS_REGISTRY: dict[str, PolicyLossFn] = {}
 
 
-def register_policy_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
-    """Decorator registering a policy loss under ``name`` (a later registration replaces it, as verl)."""
+class PolicyLossSpec(NamedTuple):
+    """What a policy loss asks of its batches, stated where it is registered.
+
+    ``row_mean_by``: the objective (named in refusals, e.g. "GMPO") when the loss is a mean over a
+    micro-batch's rows whatever their response mask, so a row of mask 0 (a dummy row padding a
+    mini-batch) would still count; "" for a loss aggregated through ``agg_loss`` over the mask."""
+
+    row_mean_by: str = ""
+
+    @property
+    def rows_whatever_mask(self) -> bool:
+        """Its loss averages over a micro-batch's rows whatever their response mask."""
+        return bool(self.row_mean_by)
+
+
+# The spec of a policy loss registered without one (a user's ``@register_policy_loss("name")``,
+# as in verl): it aggregates through ``agg_loss`` over the response mask.
+DEFAULT_POLICY_LOSS_SPEC = PolicyLossSpec()
+_POLICY_LOSS_SPECS: dict[str, PolicyLossSpec] = {}
+
+
+def register_policy_loss(name: str, spec: PolicyLossSpec | None = None) -> Callable[[PolicyLossFn], PolicyLossFn]:
+    """Decorator registering a policy loss under ``name`` with its spec (``DEFAULT_POLICY_LOSS_SPEC``
+    when none is given); a later registration replaces it, as verl."""
+    if spec is not None and not isinstance(spec, PolicyLossSpec):
+        raise TypeError(f"register_policy_loss({name!r}): spec must be a PolicyLossSpec, got {spec!r}")
 
     def decorator(fn: PolicyLossFn) -> PolicyLossFn:
         POLICY_LOSS_REGISTRY[name] = fn
+        _POLICY_LOSS_SPECS[name] = spec or DEFAULT_POLICY_LOSS_SPEC
         return fn
 
     return decorator
@@ -104,6 +138,13 @@ def get_policy_loss_fn(name: str) -> PolicyLossFn:
     if name not in POLICY_LOSS_REGISTRY:
         raise ValueError(f"Unsupported policy loss mode: {name!r}. Registered: {sorted(POLICY_LOSS_REGISTRY)}")
     return POLICY_LOSS_REGISTRY[name]
+
+
+def policy_loss_spec(name: str) -> PolicyLossSpec:
+    """The spec of the registered policy loss ``name`` (one put into ``POLICY_LOSS_REGISTRY``
+    directly has the default spec)."""
+    get_policy_loss_fn(name)  # an unknown name fails here, listing the registered ones
+    return _POLICY_LOSS_SPECS.get(name, DEFAULT_POLICY_LOSS_SPEC)
 
 
 def apply_truncated_is(pg_losses: torch.Tensor, rollout_is_weights: torch.Tensor | None) -> torch.Tensor:
@@ -358,7 +399,7 @@ def compute_policy_loss_gpg(
     return pg_loss, _metrics(0.0, ppo_kl, 0.0, pg_loss)
 
 
-@register_policy_loss("geo_mean")
+@register_policy_loss("geo_mean", PolicyLossSpec(row_mean_by="GMPO"))
 def compute_policy_loss_geo_mean(
     old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None, rollout_is_weights=None
 ):

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 import torch
 
-from workers.losses import masked_mean, masked_sum
+from workers.losses import aggregation_spec, masked_mean, masked_sum
 from workers.rollout_correction_metrics import AllReduce, Stats, correction_metrics
 from workers.rollout_correction_settings import (
     _EPS,
@@ -325,9 +325,10 @@ def rejected_loss_scale(response_mask: torch.Tensor, kept_mask: torch.Tensor, lo
     counts every token (or sequence, for seq-mean-*) of `response_mask`: verl's bypass mode
     masks rejected tokens out of the numerator only (its global token count is taken first).
     token-sum has no denominator: 1."""
-    if loss_agg_mode == "token-sum":
+    aggregation = aggregation_spec(loss_agg_mode)
+    if aggregation.summed:
         return torch.ones((), dtype=torch.float64, device=response_mask.device)
-    if loss_agg_mode.startswith("seq-mean"):
+    if aggregation.seq_level:
         kept, total = (kept_mask.sum(-1) > 0).sum(), (response_mask.sum(-1) > 0).sum()
     else:
         kept, total = kept_mask.sum(), response_mask.sum()

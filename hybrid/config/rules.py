@@ -11,6 +11,7 @@ from dataclasses import fields, is_dataclass
 from typing import Any
 
 from hybrid.config.rules_async import check_async
+from hybrid.config.rules_estimator import check_estimator
 from hybrid.config.rules_log_probs import check_rollout_log_probs
 from hybrid.config.rules_step_wise import check_step_wise
 from hybrid.config.schema import HybridConfig
@@ -19,10 +20,9 @@ from hybrid.domains import check_judge_domains
 from protocol.config_schema import INVALID, Problems, fmt, section_names, valid
 from reward.config import OVERLONG, OVERLONG_KEYS, OVERLONG_VERL
 from workers.config import ActorRolloutRefConfig
-from workers.losses import KL_PENALTY_KINDS
+from workers.losses import KL_PENALTY_KINDS, policy_loss_spec
 
 ARR = "actor_rollout_ref"
-GROUPLESS_ADV_ESTIMATORS = ("gae", "simple_baseline", "no_op")
 # `full` needs log-probs over the whole vocabulary; the workers keep only the sampled
 # tokens' (as verl does), so it cannot run from the config.
 KL_FULL_REASON = (
@@ -84,13 +84,14 @@ def check_config(config: HybridConfig, problems: Problems, world_size: int | Non
     _check_lengths(config, problems)
     _check_rollout_world(config, world, world_desc, problems)
     _check_algorithm(config, problems)
+    check_estimator(config, problems)
     check_distillation(config, problems)
     config.algorithm.rollout_correction.check(problems, arr.actor)
     check_rollout_log_probs(config, problems)
     config.algorithm.difficulty_mask.check(problems)
     _check_actor(config, world, world_desc, problems)
     _check_fsdp_size(problems, f"{ARR}.actor.fsdp_config.fsdp_size", arr.actor.fsdp_config, world, world_desc)
-    if config.critic is not INVALID and _critic_used(config, problems):
+    if config.critic is not INVALID and _critic_used(config):
         critic = config.critic
         _check_fsdp_size(problems, "critic.model.fsdp_config.fsdp_size", critic.model.fsdp_config, world, world_desc)
         _check_ppo_batches(problems, "critic", "critic", critic, config, world, world_desc)
@@ -216,28 +217,11 @@ def _check_algorithm(config: HybridConfig, problems: Problems) -> None:
     _check_kl_kind(problems, "algorithm.kl_penalty", algo.kl_penalty)
     _check_kl_kind(problems, f"{ARR}.actor.kl_loss_type", arr.actor.kl_loss_type)
     if algo.filter_groups.enable is True:
-        if algo.adv_estimator in GROUPLESS_ADV_ESTIMATORS:
-            problems.add(
-                f"algorithm.filter_groups.enable=True filters groups of responses per prompt, but "
-                f"algorithm.adv_estimator={algo.adv_estimator!r} has no groups; use a group estimator "
-                f"(e.g. grpo) or set algorithm.filter_groups.enable=false"
-            )
         n = arr.rollout.n
         if valid(n) and n < 2:
             problems.add(
                 f"algorithm.filter_groups.enable=True needs groups of at least 2 responses but {ARR}.rollout.n={n}"
             )
-    if arr.rollout.multi_turn.enable is True and algo.adv_estimator == "remax":
-        problems.add(
-            "algorithm.adv_estimator='remax' with actor_rollout_ref.rollout.multi_turn.enable=True: remax's greedy "
-            "baseline rollout is single-turn; choose grpo, rloo or another group estimator"
-        )
-    if algo.use_pf_ppo is True and valid(algo.adv_estimator) and algo.adv_estimator != "gae":
-        problems.add(
-            "algorithm.use_pf_ppo=True resamples the batch after GAE's advantages (verl applies it with gae "
-            "only), but "
-            f"algorithm.adv_estimator={algo.adv_estimator!r}; set adv_estimator=gae or use_pf_ppo=false"
-        )
     if arr.actor.use_kl_loss is True and algo.use_kl_in_reward is True:
         problems.add(
             f"{ARR}.actor.use_kl_loss=True and algorithm.use_kl_in_reward=True are mutually "
@@ -386,10 +370,13 @@ def _check_padding(problems: Problems, role: str, prefix: str, section: Any, con
         )
     if role != "actor":
         return
-    if valid(section.policy_loss) and section.policy_loss.loss_mode == "geo_mean":
+    loss_mode = section.policy_loss.loss_mode if valid(section.policy_loss) else INVALID
+    spec = policy_loss_spec(loss_mode) if valid(loss_mode) else None
+    if spec is not None and spec.rows_whatever_mask:
         problems.add(
-            f"trainer.pad_mini_batches=true with {prefix}.policy_loss.loss_mode=geo_mean: GMPO averages its loss over "
-            f"a micro-batch's rows whatever their mask, so dummy rows would count; give a mini-batch that splits evenly"
+            f"trainer.pad_mini_batches=true with {prefix}.policy_loss.loss_mode={loss_mode}: {spec.row_mean_by} "
+            f"averages its loss over a micro-batch's rows whatever their mask, so dummy rows would count; give a "
+            f"mini-batch that splits evenly"
         )
     correction = config.algorithm.rollout_correction
     cap = section.tis_imp_ratio_cap  # verl's older key for token TIS
@@ -402,13 +389,9 @@ def _check_padding(problems: Problems, role: str, prefix: str, section: Any, con
         )
 
 
-def _critic_used(config: HybridConfig, problems: Problems) -> bool:
+def _critic_used(config: HybridConfig) -> bool:
+    """Whether a critic is built (critic.enable=False with an estimator that takes values: rules_estimator)."""
     enable, estimator = config.critic.enable, config.algorithm.adv_estimator
-    if enable is False and estimator == "gae":
-        problems.add(
-            "algorithm.adv_estimator='gae' needs a value function but critic.enable=False; "
-            "set critic.enable=true (or null) or choose another estimator"
-        )
     return config.use_critic if valid(enable, estimator) else False
 
 

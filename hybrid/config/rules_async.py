@@ -8,6 +8,7 @@ import os
 
 from hybrid.config.rules_remote import SERVING, check_remote, serving_only
 from hybrid.config.schema import HybridConfig
+from hybrid.core_algos import estimator_spec
 from protocol.config_schema import Problems, fmt, valid
 
 ARR = "actor_rollout_ref"
@@ -60,10 +61,11 @@ def check_async(config: HybridConfig, problems: Problems) -> None:
 
 def _check_features(config: HybridConfig, mode: str, problems: Problems) -> None:
     algorithm = config.algorithm
-    if algorithm.adv_estimator == "remax":
+    if valid(algorithm.adv_estimator) and estimator_spec(algorithm.adv_estimator).greedy_baseline:
         problems.add(
-            f"algorithm.adv_estimator='remax' needs a greedy rollout of every batch with the current weights before "
-            f"its update, which {AT}.mode={mode!r} does not make; choose grpo, rloo or another estimator"
+            f"algorithm.adv_estimator={algorithm.adv_estimator!r} needs a greedy rollout of every batch with the "
+            f"current weights before its update, which {AT}.mode={mode!r} does not make; choose grpo, rloo or another "
+            f"estimator"
         )
     if mode == "one_step_off" and algorithm.filter_groups.enable is True:
         problems.add(

@@ -5,20 +5,12 @@ them. Each key that cannot combine with it is refused in one line with the reaso
 from __future__ import annotations
 
 from hybrid.config.schema import HybridConfig
-from protocol.config_schema import Problems, fmt, valid
+from hybrid.core_algos import estimator_spec
+from protocol.config_schema import INVALID, Problems, fmt, valid
+from workers.losses import policy_loss_spec
 
 ARR = "actor_rollout_ref"
 STEP_WISE = f"{ARR}.rollout.multi_turn.step_wise_trajectories=true"
-# Estimators whose advantages are not one value per trajectory: the broadcast of the last
-# turn's would discard their per-token structure (SkyRL refuses gae and reinforce++ alike) or
-# their input (remax's greedy baseline rollout, opo's response lengths, no_op's token rewards).
-NOT_OUTCOME = {
-    "gae": "per-token values and returns",
-    "reinforce_plus_plus": "per-token discounted returns",
-    "remax": "a greedy baseline rollout per prompt",
-    "opo": "a baseline weighted by each whole response's length",
-    "no_op": "the token-level rewards themselves",
-}
 STEP_WISE_LOOPS = (None, "environment_agent", "tool_agent")
 
 
@@ -38,11 +30,15 @@ def check_step_wise(config: HybridConfig, problems: Problems) -> None:
             f"{ARR}.rollout.multi_turn.use_conversation_multi_turn=false",
             "the chat history is rendered with the chat template before every turn (SkyRL refuses it too)",
         )
-    if valid(algorithm) and algorithm.adv_estimator in NOT_OUTCOME:
+    # An estimator whose advantages are not one value per trajectory from its score: the broadcast
+    # of the last turn's would discard their per-token structure (SkyRL refuses gae and reinforce++
+    # alike) or their input (remax's greedy baseline rollout, opo's lengths, no_op's token rewards).
+    spec = estimator_spec(algorithm.adv_estimator) if valid(algorithm, algorithm.adv_estimator) else None
+    if spec is not None and not spec.outcome_only:
         refuse(
             f"algorithm.adv_estimator={algorithm.adv_estimator}",
             f"each turn takes its trajectory's last-turn outcome advantage, and this estimator needs "
-            f"{NOT_OUTCOME[algorithm.adv_estimator]}; use an outcome estimator (grpo, rloo, maxrl, gpg, "
+            f"{spec.beyond_outcome}; use an outcome estimator (grpo, rloo, maxrl, gpg, "
             f"reinforce_plus_plus_baseline)",
         )
     if valid(algorithm):
@@ -63,10 +59,13 @@ def check_step_wise(config: HybridConfig, problems: Problems) -> None:
         refuse(f"{ARR}.actor.shuffle=true", "a mini-batch holds the samples of whole prompts (SkyRL's); set it false")
     actor = arr.actor
     dummy_rows = "a mini-batch of a varying number of samples is padded with dummy rows (response mask 0)"
-    if valid(actor.policy_loss) and actor.policy_loss.loss_mode == "geo_mean":
+    loss_mode = actor.policy_loss.loss_mode if valid(actor.policy_loss) else INVALID
+    loss_spec = policy_loss_spec(loss_mode) if valid(loss_mode) else None
+    if loss_spec is not None and loss_spec.rows_whatever_mask:
         refuse(
-            f"{ARR}.actor.policy_loss.loss_mode=geo_mean",
-            f"{dummy_rows}, and GMPO averages its loss over a micro-batch's rows whatever their mask",
+            f"{ARR}.actor.policy_loss.loss_mode={loss_mode}",
+            f"{dummy_rows}, and {loss_spec.row_mean_by} averages its loss over a micro-batch's rows whatever their "
+            f"mask",
         )
     correction = algorithm.rollout_correction if valid(algorithm) else None
     cap = actor.tis_imp_ratio_cap

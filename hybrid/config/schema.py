@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from hybrid.batch_ops import BATCH_ADJUST_MODES
-from hybrid.core_algos import ADV_ESTIMATOR_REGISTRY
+from hybrid.core_algos import ADV_ESTIMATOR_REGISTRY, estimator_spec
 from hybrid.tracking import SUPPORTED_BACKENDS
 from protocol.config_schema import (
     Annotated,
@@ -37,6 +37,7 @@ from protocol.config_schema import (
     PositiveInt,
     Problems,
     fmt,
+    valid,
 )
 from reward.config import CustomRewardFunctionConfig
 from workers.config import (
@@ -339,9 +340,10 @@ class HybridConfig:
 
     @property
     def use_critic(self) -> bool:
-        """critic.enable=null means: a critic when the estimator needs values (gae)."""
+        """critic.enable=null means: a critic when the estimator takes values (gae: its spec's needs_critic)."""
         if self.critic.enable is None:
-            return self.algorithm.adv_estimator == "gae"
+            name = self.algorithm.adv_estimator  # INVALID (reported already) or unknown: no critic
+            return valid(name) and name in ADV_ESTIMATOR_REGISTRY and estimator_spec(name).needs_critic
         return bool(self.critic.enable)
 
     @property
