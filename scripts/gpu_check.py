@@ -33,6 +33,18 @@ Runs (each a subprocess; its metrics.jsonl is read back):
 - `smol1b7_bf16`: the larger architecture, for MFU.
 - `sft135`: the SFT trainer on the 135M architecture, 4 steps.
 
+Checks without a model folder (scripts/gpu_check_placement.py; `--assets` is not needed when
+`--only` names only these, and they run on a CPU machine too, gloo in place of NCCL):
+
+- `placement`: two processes (torch.multiprocessing) set their device from their local rank
+  and report it (index, GPU uuid); the driver's check must find what a worker would get (on
+  one GPU both processes share it, and with every local rank 0 they always do).
+- `offload_collectives`: a tiny Llama under FSDP2 with offload_policy (2 processes with 2 GPUs
+  or none, else 1): weight gather, kept export on the host, gradient clipping and a step,
+  against the same model unsharded.
+
+    python -m scripts.gpu_check --only placement,offload_collectives --out DIR --json DIR/placement.json
+
 `--default-job` runs `make run`'s job with the real weights (step 3's actor profiled), then
 `real_cuda` / `real_cpu`: the tiny pair's config with the real weights, whose confident greedy
 decoding should give both devices the same tokens, so that their losses and gradient norms
@@ -56,6 +68,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from scripts.gpu_check_placement import CHECKS, run_checks
 
 SMOL_1B7 = dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=24, num_attention_heads=32)
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -271,7 +285,7 @@ def summary(results: dict) -> list[tuple[str, str]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--assets", type=Path, required=True)
+    parser.add_argument("--assets", type=Path, help="needed unless --only names only " + ", ".join(CHECKS))
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--work", type=Path, default=Path("/tmp/gpu_check"))
     parser.add_argument("--only", default="")
@@ -282,6 +296,8 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     args.work.mkdir(parents=True, exist_ok=True)
     if args.default_job:
+        if args.assets is None:
+            parser.error("--default-job needs --assets (the GGUF file under gguf/)")
         results = run_default_job(args.assets, args.work, args.out, args.timeout)
         if args.json:
             args.json.write_text(json.dumps(results, indent=1, default=str))
@@ -312,9 +328,17 @@ def main() -> None:
     print(json.dumps(env), flush=True)
 
     wanted = set(filter(None, args.only.split(",")))
+    # Placement and offload_policy on the collectives: no model folder, Ray or vLLM needed.
+    results = run_checks(wanted, args.work)
+    for name, result in results.items():
+        print(name, result["rc"], result["seconds"], "s", json.dumps(result["check"]), flush=True)
+    if wanted and wanted <= set(CHECKS):
+        finish(args, env, {}, results)
+        return
+    if args.assets is None:
+        parser.error("--assets is needed for the training runs (or name only " + ", ".join(CHECKS) + " in --only)")
     models = build_models(args.assets, args.work, wanted)
     files = data_files(args.work)
-    results = {}
     for name, (run_args, _) in runs(models, files, args.work).items():
         if wanted and name not in wanted:
             continue
@@ -327,6 +351,11 @@ def main() -> None:
                 print(json.dumps(table, indent=1), flush=True)
     if not wanted or "sft135" in wanted:
         results["sft135"] = run_sft(models["smol135"], args.work, args.out, args.timeout)
+    finish(args, env, models, results)
+
+
+def finish(args, env: dict, models: dict, results: dict) -> None:
+    """The JSON report (with --json) and the summary table."""
     report = {"env": env, "models": models, "results": results, "summary": summary(results)}
     if args.json:
         args.json.write_text(json.dumps(report, indent=1, default=str))

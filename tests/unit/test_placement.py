@@ -255,3 +255,14 @@ def test_roles_asks_the_cluster_not_the_driver(monkeypatch):
         ray_uses_gpus(config("trainer.nnodes=2", "trainer.n_gpus_per_node=8"))
     monkeypatch.setenv("HYBRID_DEVICE", "cpu")
     assert ray_uses_gpus(config("trainer.nnodes=2", "trainer.n_gpus_per_node=8")) is False
+
+
+@pytest.mark.parametrize(
+    "local_ranks, gpus, shared",
+    [([0, 1], 2, []), ([0, 1], 1, [[0, 1]]), ([0, 0], 8, [[0, 1]]), ([0, 1, 2], 2, [[0, 2]]), ([0, 0], 0, [])],
+)
+def test_gpu_check_expects_the_sharing_a_worker_would_get(local_ranks, gpus, shared):
+    """scripts/gpu_check_placement.expected_sharing: a worker takes GPU local_rank % GPUs."""
+    from scripts.gpu_check_placement import expected_sharing
+
+    assert expected_sharing(local_ranks, gpus) == shared
