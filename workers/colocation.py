@@ -26,7 +26,8 @@ and around every generation (`generate`):
 The engine is built after the actor's parameters are offloaded, and its share of the device is
 checked against what is free before it is built (`check_engine_memory`). An engine without
 sleep (every engine on CPU, where vLLM ignores sleep/wake; transformers' generate) declares no
-sleep levels in its capabilities, and the same calls run with the sleep and wake steps skipped.
+sleep levels in its capabilities (and `free_cache_engine=false` asks for none), and the same
+calls run with the sleep and wake steps skipped.
 """
 
 from __future__ import annotations
@@ -96,7 +97,7 @@ class ColocatedEngine:
         """The actor's current weights into the engine; seconds."""
         start = time.perf_counter()
         device.empty_cache()
-        self.engine.wake_up((WEIGHTS,))
+        self._wake((WEIGHTS,))
         with self.actor_on_device():
             self.sync_weights()  # gathers, loads and resets the engine's caches
         device.empty_cache()
@@ -113,11 +114,15 @@ class ColocatedEngine:
             )
         if self.weights_dropped:
             self.load_weights()
-        self.engine.wake_up((KV_CACHE,))
+        self._wake((KV_CACHE,))
         try:
             return call()
         finally:
             self.release()
+
+    def _wake(self, tags: tuple[str, ...]) -> None:
+        if self.sleep_level is not None:  # nothing sleeps otherwise: the step is skipped
+            self.engine.wake_up(tags)
 
     def forget_weights(self) -> None:
         """A checkpoint replaced the actor's weights: the engine's are not the policy's any more."""
