@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from hybrid.core_algos import estimator_spec
+from workers.rollout.engine import engines_with
 from workers.vision import is_vision_model, mrope_position_ids, rope_index, unsupported_vision_model
 
 # load_processor, process_image (and _image_only) live with the message helpers the workers use too.
@@ -170,9 +171,9 @@ def vision_problems(config, model_type: str) -> list[str]:
     multi_turn = arr.rollout.multi_turn
     checks = [
         (
-            arr.rollout.name not in ("hf", "vllm"),
+            arr.rollout.name not in engines_with(images=True),
             f"actor_rollout_ref.rollout.name={arr.rollout.name}: {why}, and hybrid generates with images on the "
-            f"Hugging Face and vLLM engines; set actor_rollout_ref.rollout.name=hf or vllm",
+            f"engines {', '.join(engines_with(images=True))}; set actor_rollout_ref.rollout.name to one of them",
         ),
         (
             arr.ref.model.path not in (None, arr.model.path),

@@ -88,6 +88,14 @@ def empty_cache() -> None:
         torch.cuda.empty_cache()
 
 
+def memory_info() -> tuple[int, int] | None:
+    """(free, total) bytes of this process's GPU, or None on the CPU."""
+    if not is_cuda_available():
+        return None
+    free, total = torch.cuda.mem_get_info()
+    return int(free), int(total)
+
+
 def require_cuda(feature: str) -> None:
     """GPU-only switches call this so a CPU run fails with a message naming the switch."""
     if not is_cuda_available():

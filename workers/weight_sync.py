@@ -70,8 +70,8 @@ class EngineWeightSync:
     `state_fn` returns the HF-named state to send (the FSDP model's state dict, or the
     LoRA-merged one); `rename`, when given, maps each name to the engine's (a language model
     trained alone, sent to an engine started on its multimodal checkpoint). `synced` tells
-    whether the engine holds weights sent since it was built (dummy ones before that); the
-    worker clears it when a checkpoint replaces the actor's weights.
+    whether the engine holds weights sent since it was built (dummy ones before that). Waking
+    the engine's memory for the load is the caller's (workers/colocation.py).
     """
 
     def __init__(
@@ -91,9 +91,8 @@ class EngineWeightSync:
 
     @torch.no_grad()
     def sync(self) -> None:
-        """Gather and load the current weights (a collective: every rank calls it). The
-        engine is woken for it and stays awake until it generates."""
-        self.rollout.wake_up()
+        """Gather and load the current weights (a collective: every rank calls it); the engine
+        resets its caches after the load."""
         weights = iter_full_weights(
             self.state_fn(), self.rollout.engine_dtype, self.bucket_bytes, self.tie_word_embeddings
         )
