@@ -2,8 +2,9 @@
 `check_inputs`): each model and tokenizer folder (actor, reference, critic, reward model) exists
 and holds a config, weights and tokenizer files, a Hugging Face repo id is in the local cache;
 settings the model's config.json refuses (the fused output layer for a model that transforms its
-logits, more sequence-parallel ranks than heads); a reference model of its own (a distillation
-teacher) with the actor's vocabulary; `model.language_model_only` against the checkpoint."""
+logits, more sequence-parallel ranks than heads, tensor-parallel engine shards that would split
+heads); a reference model of its own (a distillation teacher) with the actor's vocabulary;
+`model.language_model_only` against the checkpoint."""
 
 from __future__ import annotations
 
@@ -118,6 +119,22 @@ def check_model_settings(config, found: Findings) -> None:
                 f"{key}.ulysses_sequence_parallel_size={sp} is more than the {heads} attention heads of "
                 f"{shown_path(path)}; use at most {heads}"
             )
+    _check_tensor_parallel_heads(config, found)
+
+
+def _check_tensor_parallel_heads(config, found: Findings) -> None:
+    """A tensor-parallel engine gives each shard whole attention heads and key/value heads
+    (vLLM's rules, workers/rollout/tensor_parallel.py); the engine generates with the policy."""
+    from workers.rollout.tensor_parallel import head_problem, heads_of
+
+    arr = config.actor_rollout_ref
+    model_config = _model_config(arr.model.path)
+    if model_config is not None:
+        problem = head_problem(
+            arr.rollout.tensor_model_parallel_size, *heads_of(model_config), shown_path(arr.model.path)
+        )
+        if problem:
+            found.add(problem)
 
 
 def _check_teacher_vocabulary(config, teacher: str, found: Findings) -> None:
@@ -156,6 +173,7 @@ def check_language_model(config, found: Findings) -> None:
     a multimodal one, a multimodal one needs true; vLLM's own switch needs the policy's."""
     from hybrid.multimodal import vision_checkpoint_type, vision_problems
     from workers.language_model import language_model_problem
+    from workers.rollout.engine import engine_spec
     from workers.vision import VISION_MODELS
 
     arr = config.actor_rollout_ref
@@ -175,7 +193,8 @@ def check_language_model(config, found: Findings) -> None:
             if problem:
                 found.add(problem)
     engine = dict(arr.rollout.engine_kwargs.vllm or {}).get("language_model_only", False)
-    if arr.rollout.name == "vllm" and engine is True and not arr.model.language_model_only:
+    reads_section = engine_spec(arr.rollout.name).engine_kwargs_section is not None
+    if reads_section and engine is True and not arr.model.language_model_only:
         found.add(
             "actor_rollout_ref.rollout.engine_kwargs.vllm.language_model_only=true starts the engine without the "
             "vision encoder while actor_rollout_ref.model.language_model_only=false loads the whole checkpoint; "

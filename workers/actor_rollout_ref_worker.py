@@ -36,6 +36,7 @@ from workers.model_loading import load_hf_model, load_tokenizer, model_path_in_s
 from workers.profiling import ProfiledWorker, StepProfiler
 from workers.response_head import uses_fused_head
 from workers.roles import Role
+from workers.rollout.tensor_parallel import check_engine_heads, own_samples, share_prompts, tensor_parallel_group
 from workers.ulysses import (
     check_data_parallel_size,
     check_heads,
@@ -64,6 +65,7 @@ class ActorRolloutRefWorker(ProfiledWorker, Worker):
         self.actor = self.ref = self.rollout = self.weight_sync = self.checkpointer = None
         self.actor_module = None
         self.sp = None  # sequence-parallel group of the actor and the reference (workers/ulysses.py)
+        self.rollout_tp = None  # the engine's tensor-parallel group (workers/rollout/tensor_parallel.py)
         # LoRA: the reference policy is the actor's own module with its adapters disabled.
         self.is_lora = config.model.is_lora
         self.ref_in_actor = False
@@ -199,6 +201,9 @@ class ActorRolloutRefWorker(ProfiledWorker, Worker):
 
     def _build_rollout(self):
         cfg = self.config.rollout
+        # TP: this rank's engine is one shard of its group's engine; the group shares its prompts.
+        self.rollout_tp = tensor_parallel_group(int(cfg.tensor_model_parallel_size))
+        check_engine_heads(self.hf_config, int(cfg.tensor_model_parallel_size))
         name = cfg.name
         if name == "vllm":
             from workers.rollout.vllm_rollout import VLLMRollout as engine_cls
@@ -320,6 +325,8 @@ class ActorRolloutRefWorker(ProfiledWorker, Worker):
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         self._require(self.rollout, "generate_sequences", "rollout")
+        # A TP group's engine generates every member's prompts; each member returns its own samples.
+        prompts = share_prompts(prompts, self.rollout_tp)
         if not self.weight_sync.synced:
             raise RuntimeError(
                 "generate_sequences: the rollout engine does not hold the actor's weights (none were sent since "
@@ -333,7 +340,7 @@ class ActorRolloutRefWorker(ProfiledWorker, Worker):
         if self.config.rollout.free_cache_engine:
             self.rollout.sleep()
         output.meta_info.setdefault("timing", {})["generate"] = seconds
-        return output
+        return own_samples(output, self.rollout_tp)
 
     # ------------------------------------------------------------------ log-probs
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)

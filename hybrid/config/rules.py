@@ -13,6 +13,7 @@ from typing import Any
 from hybrid.config.rules_async import check_async
 from hybrid.config.rules_estimator import check_estimator
 from hybrid.config.rules_log_probs import check_rollout_log_probs
+from hybrid.config.rules_parallel import check_tensor_parallel
 from hybrid.config.rules_step_wise import check_step_wise
 from hybrid.config.schema import HybridConfig
 from hybrid.distillation import check_distillation
@@ -83,6 +84,7 @@ def check_config(config: HybridConfig, problems: Problems, world_size: int | Non
     _check_profilers(config, problems)
     _check_lengths(config, problems)
     _check_rollout_world(config, world, world_desc, problems)
+    check_tensor_parallel(config, problems)
     _check_algorithm(config, problems)
     check_estimator(config, problems)
     check_distillation(config, problems)

@@ -45,6 +45,7 @@ from workers.rollout.base import (
     sampling_settings,
 )
 from workers.rollout.step_wise import loop_for_engine
+from workers.rollout.tensor_parallel import engine_kwargs, launch_environment
 from workers.rollout.vllm_params import vllm_sampling_params
 from workers.vision import collapse_image_tokens, is_vision_model
 from workers.vision_messages import vision_processor_of
@@ -123,7 +124,8 @@ class VLLMRollout:
             max_num_seqs=int(config.max_num_seqs),
             max_num_batched_tokens=max(int(config.max_num_batched_tokens), int(max_model_len)),
             enable_chunked_prefill=bool(config.enable_chunked_prefill),
-            tensor_parallel_size=int(config.tensor_model_parallel_size),
+            # One shard per rank of a TP group (workers/rollout/tensor_parallel.py), or the whole engine.
+            **engine_kwargs(int(config.tensor_model_parallel_size)),
             seed=int(config.seed),
             # Log-probs after temperature, matching the actor's temperature-scaled log-probs. Set
             # penalties, min_p or top-k/top-p also shape them, and the actor reproduces none of
@@ -139,7 +141,7 @@ class VLLMRollout:
             kwargs["gpu_memory_utilization"] = float(config.gpu_memory_utilization)
         kwargs.update(plain(config.engine_kwargs.vllm or {}))
         # torch's C++ notices at start (the CPU worker's NUMA binding) go to the engine log.
-        with stderr_to_engine_log(log_path):
+        with stderr_to_engine_log(log_path), launch_environment(int(config.tensor_model_parallel_size)):
             self.llm = LLM(**kwargs)
         self.engine_dtype = self.llm.llm_engine.model_config.dtype
         self.sleeping = False
