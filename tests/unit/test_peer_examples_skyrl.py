@@ -12,8 +12,11 @@ from scripts.peer_examples.shell import FIXED_DATE, commands
 from scripts.peer_examples.skyrl import registrations
 
 # The count measured at the commit that last changed the dialect (docs/config_dialects.md has
-# the table). Raise it when more examples are understood; the issue's aim is 0.9.
-UNDERSTOOD_AT_LEAST = 64
+# the table). Raise it when more examples are understood; the issue's aim is 0.9. 64 -> 55 at
+# tensor-parallel rollout (issue 38): nine agentic examples (text_to_sql, step_wise sql, search,
+# livecodebench) map to mode=async with a TP engine, which the fused worker refuses (their agent
+# loops' requests are not kept in lock step over the shards); they failed at engine start before.
+UNDERSTOOD_AT_LEAST = 55
 
 
 def test_no_skyrl_example_ends_in_a_traceback_and_the_understood_count_holds():
