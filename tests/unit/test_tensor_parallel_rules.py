@@ -132,3 +132,49 @@ def test_step_wise_samples_are_shared_by_trajectory():
     assert [p.batch["responses"].flatten().tolist() for p in parts] == [[0, 1, 2, 3], [4, 5, 6]]
     with pytest.raises(RuntimeError, match="returned 3 trajectories, which do not split evenly over its 2 ranks"):
         own_samples(_samples([True, True, True]), TensorParallel(None, 2, 0))
+
+
+def _same_requests_rank(rank: int, port: int, results) -> None:
+    import os
+
+    import torch.distributed as dist
+
+    from workers.rollout.tensor_parallel import check_same_requests
+
+    os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    for case, observation in (("same", [7, 8]), ("differ", [7, rank])):
+        try:
+            check_same_requests(2, [[1, 2, 3], [4, 5, *observation]], [6, 6], group=dist.group.WORLD)
+            results[(case, rank)] = "passed"
+        except RuntimeError as err:
+            results[(case, rank)] = str(err)
+    dist.destroy_process_group()
+
+
+def test_shards_given_different_requests_stop_in_one_line():
+    """Two gloo ranks (the group vLLM's TP coordinator would give): equal requests pass, an
+    observation that differs by rank stops both ranks with the same line."""
+    import multiprocessing
+
+    from workers.base import find_free_port
+
+    ctx = multiprocessing.get_context("spawn")
+    results = ctx.Manager().dict()
+    port = find_free_port()
+    procs = [ctx.Process(target=_same_requests_rank, args=(rank, port, results)) for rank in (0, 1)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+        assert p.exitcode == 0
+    expected = (
+        f"{TP}=2: the ranks of one tensor-parallel engine were given different requests for a turn (an environment, "
+        "tool or interaction answered them differently); the shards must generate the same requests"
+    )
+    assert dict(results) == {
+        ("same", 0): "passed",
+        ("same", 1): "passed",
+        ("differ", 0): expected,
+        ("differ", 1): expected,
+    }

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import hashlib
 import os
 
 import torch
@@ -144,6 +145,28 @@ def _remove_stale_channels(size: int) -> None:
         for path in glob.glob(os.path.join(SHM_DIR, f"*-[[]{ranks}[]]-cpushm*")):
             os.remove(path)
     dist.barrier()
+
+
+def check_same_requests(size: int, prompt_ids: list[list[int]], max_tokens: list[int], group=None) -> None:
+    """Every shard must be handed the same requests: a multi-turn loop runs on every rank of the
+    group, and an environment or tool that answers the ranks differently would give the shards
+    different batches (a hang or garbage in the engine's collectives). One digest per turn is
+    compared over vLLM's TP group (`group`: another process group); a difference stops the run in
+    one line."""
+    if size == 1:
+        return
+    if group is None:
+        from vllm.distributed.parallel_state import get_tp_group
+
+        group = get_tp_group().cpu_group
+    digest = hashlib.sha256(repr((prompt_ids, max_tokens)).encode()).hexdigest()
+    digests = [None] * size
+    dist.all_gather_object(digests, digest, group=group)
+    if len(set(digests)) > 1:
+        raise RuntimeError(
+            f"{TP_KEY}={size}: the ranks of one tensor-parallel engine were given different requests for a turn (an "
+            f"environment, tool or interaction answered them differently); the shards must generate the same requests"
+        )
 
 
 def share_prompts(prompts: DataProto, tp: TensorParallel | None) -> DataProto:

@@ -45,7 +45,7 @@ from workers.rollout.base import (
     sampling_settings,
 )
 from workers.rollout.step_wise import loop_for_engine
-from workers.rollout.tensor_parallel import engine_kwargs, launch_environment
+from workers.rollout.tensor_parallel import check_same_requests, engine_kwargs, launch_environment
 from workers.rollout.vllm_params import vllm_sampling_params
 from workers.vision import collapse_image_tokens, is_vision_model
 from workers.vision_messages import vision_processor_of
@@ -192,6 +192,7 @@ class VLLMRollout:
         """One sample per prompt, each with its own token budget; ids as sampled. `vision`:
         per prompt its images (a VisionState, workers/rollout/multi_turn_images.py)."""
         check_turn_requests(prompt_ids, settings, max_tokens, self.max_model_len)
+        check_same_requests(int(self.config.tensor_model_parallel_size), prompt_ids, max_tokens)
         params_by_budget = {
             budget: vllm_sampling_params(dataclasses.replace(settings, max_tokens=int(budget)))
             for budget in set(max_tokens)
