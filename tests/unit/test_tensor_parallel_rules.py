@@ -102,10 +102,10 @@ def test_preflight_refuses_a_model_tp_cannot_split(tmp_path):
     assert found.problems == []
 
 
-def test_an_engine_outside_a_worker_group_cannot_be_sharded():
+def test_an_engine_outside_a_worker_group_is_whole():
+    """No process group (an engine actor, hybrid.serve): vLLM's own executor, as before."""
     assert engine_kwargs(1) == {"tensor_parallel_size": 1}
-    with pytest.raises(RuntimeError, match=f"^{TP}=2: the engine's shards are ranks of this process's worker group"):
-        engine_kwargs(2)
+    assert engine_kwargs(2) == {"tensor_parallel_size": 2}
 
 
 def _samples(last: list[bool]) -> DataProto:

@@ -94,14 +94,15 @@ def tensor_parallel_group(size: int) -> TensorParallel | None:
 
 
 def engine_kwargs(size: int) -> dict:
-    """vLLM's `LLM(...)` arguments for one shard of a `size`-way engine."""
-    if size == 1:
-        return {"tensor_parallel_size": 1}
-    if not dist.is_initialized() or dist.get_world_size() % size:
-        world = dist.get_world_size() if dist.is_initialized() else 1
+    """vLLM's `LLM(...)` arguments: in a worker group's rank, one shard of a `size`-way engine
+    over the group's ranks; in a process without a process group (an engine actor of
+    asynchronous training, `hybrid.serve`), the whole engine, on vLLM's own executor."""
+    if size == 1 or not dist.is_initialized():
+        return {"tensor_parallel_size": size}
+    if dist.get_world_size() % size:
         raise RuntimeError(
-            f"{TP_KEY}={size}: the engine's shards are ranks of this process's worker group, which has {world} "
-            f"rank(s); an engine in a process of its own runs one shard: set it to 1"
+            f"{TP_KEY}={size}: the engine's shards are ranks of this process's worker group, which has "
+            f"{dist.get_world_size()} rank(s); {size} must divide them"
         )
     return {"tensor_parallel_size": size, "distributed_executor_backend": EXECUTOR}
 
