@@ -7,8 +7,8 @@ with an ``EstimatorSpec`` that states its facts: which inputs it takes (the trai
 and ``config``, the algorithm section), whether it compares a prompt's responses (``index``
 groups), whether it needs a critic (it takes ``values``) or a greedy baseline generation (it
 takes ``reward_baselines``), and what besides each response's final score its advantages are
-built from. Config rules, the driver and the rollout ask ``estimator_spec(name)``; nothing
-outside this module compares an estimator's name. All estimators take ``(B, T)`` tensors and
+built from. Config rules, the driver and the rollout ask ``estimator_spec(name)`` instead of
+comparing names (tests/unit/test_spec_names.py counts). All estimators take ``(B, T)`` tensors and
 return ``(advantages, returns)`` shaped ``(B, T)``, zero where ``response_mask`` is 0, and
 accept (and ignore) keywords they do not use, so verl-style calls with the whole superset work.
 
