@@ -169,3 +169,17 @@ def build_tiny_model_dir(out_dir, tokenizer, seed: int = 0, tie_word_embeddings:
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory, tokenizer) -> str:
     return build_tiny_model_dir(tmp_path_factory.mktemp("tiny_model"), tokenizer)
+
+
+@pytest.fixture(scope="session")
+def tp_model_dir(tmp_path_factory, tokenizer) -> str:
+    """A tiny model a 2-way tensor-parallel engine can split: 4 attention heads, 2 KV heads, head
+    size 32 (the smallest vLLM's CPU attention takes)."""
+    return build_tiny_model_dir(
+        tmp_path_factory.mktemp("tiny_tp"),
+        tokenizer,
+        hidden_size=128,
+        intermediate_size=256,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    )

@@ -28,6 +28,7 @@ from protocol.dispatch import Dispatch, register
 from workers.actor import DataParallelPPOActor
 from workers.base import Worker
 from workers.checkpoint import FSDPCheckpointer
+from workers.colocation import ColocatedEngine, check_free_memory_for_engine
 from workers.flops import update_mfu
 from workers.freeze import freeze
 from workers.fsdp_utils import build_lr_scheduler, build_optimizer, offload_params, on_device
@@ -36,6 +37,7 @@ from workers.model_loading import load_hf_model, load_tokenizer, model_path_in_s
 from workers.profiling import ProfiledWorker, StepProfiler
 from workers.response_head import uses_fused_head
 from workers.roles import Role
+from workers.rollout.engine import build_engine, engine_spec
 from workers.rollout.tensor_parallel import check_engine_heads, own_samples, share_prompts, tensor_parallel_group
 from workers.ulysses import (
     check_data_parallel_size,
@@ -62,7 +64,7 @@ class ActorRolloutRefWorker(ProfiledWorker, Worker):
         super().__init__()
         self.config = config
         self.role = Role.parse(role)
-        self.actor = self.ref = self.rollout = self.weight_sync = self.checkpointer = None
+        self.actor = self.ref = self.rollout = self.weight_sync = self.colocated = self.checkpointer = None
         self.actor_module = None
         self.sp = None  # sequence-parallel group of the actor and the reference (workers/ulysses.py)
         self.rollout_tp = None  # the engine's tensor-parallel group (workers/rollout/tensor_parallel.py)
@@ -94,15 +96,16 @@ class ActorRolloutRefWorker(ProfiledWorker, Worker):
             self._build_policy()
         if self.role.has_ref:
             self._build_ref()
-        if self.role.has_rollout:
-            self._build_rollout()
         if self.role.has_actor:
             self._build_checkpointer()
-        # Built on the device; between calls the parameters live where the switches say.
+        # Built on the device; between calls the parameters live where the switches say. The
+        # engine comes after the offload, so it finds the memory the switches free.
         if self.actor_module is not None and self.config.actor.fsdp_config.param_offload:
             offload_params(self.actor_module)
         if self.ref is not None and not self.ref_in_actor and self.config.ref.fsdp_config.param_offload:
             offload_params(self.ref.module)
+        if self.role.has_rollout:
+            self._build_rollout()
         return True
 
     def _load_causal_lm(
@@ -204,20 +207,21 @@ class ActorRolloutRefWorker(ProfiledWorker, Worker):
         # TP: this rank's engine is one shard of its group's engine; the group shares its prompts.
         self.rollout_tp = tensor_parallel_group(int(cfg.tensor_model_parallel_size))
         check_engine_heads(self.hf_config, int(cfg.tensor_model_parallel_size))
-        name = cfg.name
-        if name == "vllm":
-            from workers.rollout.vllm_rollout import VLLMRollout as engine_cls
-        elif name == "hf":
-            from workers.rollout.hf_rollout import HFRollout as engine_cls
-        else:
-            raise ValueError(f"actor_rollout_ref.rollout.name={name!r} is not supported; supported: vllm, hf")
-        self.rollout = engine_cls(self.config.model, cfg, self.tokenizer, self.hf_config)
+        spec = engine_spec(cfg.name)
+        if spec.takes_memory_share:
+            # vLLM takes gpu_memory_utilization of the device or refuses to start: say so first.
+            check_free_memory_for_engine(cfg.gpu_memory_utilization)
+        self.rollout = build_engine(self.config.model, cfg, self.tokenizer, self.hf_config)
         tie = bool(getattr(self.hf_config, "tie_word_embeddings", False))
-        # vLLM starts on the checkpoint's own architecture (HF generate on the trained class).
-        rename = self._engine_names() if name == "vllm" else None
+        # An engine started on the checkpoint's own architecture reads its names.
+        rename = self._engine_names() if spec.checkpoint_names else None
         self.weight_sync = EngineWeightSync(
             self.rollout, self._hf_state, cfg.update_weights_bucket_megabytes, tie, rename=rename
         )
+        self.colocated = ColocatedEngine(
+            self.rollout, self.weight_sync.sync, self._actor_on_device, bool(cfg.free_cache_engine)
+        )
+        self.colocated.release()  # its first weights are replaced before it generates
 
     def _engine_names(self):
         """None, or (language_model_only) the multimodal checkpoint's name of each trained weight:
@@ -286,10 +290,7 @@ class ActorRolloutRefWorker(ProfiledWorker, Worker):
         every rank takes part). Returns this rank's seconds; the group call returns a list
         with one float per rank. The engine stays awake until its next generation."""
         self._require(self.weight_sync, "update_rollout_weights", "rollout")
-        start = time.perf_counter()
-        with self._actor_on_device():
-            self.weight_sync.sync()
-        return time.perf_counter() - start
+        return self.colocated.load_weights()
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def export_weights(self, dtype_name: str):
@@ -309,8 +310,8 @@ class ActorRolloutRefWorker(ProfiledWorker, Worker):
             pairs = collect_full_weights(self._hf_state(), dtype, bucket_bytes, tie, keep=self.rank == 0)
         if pairs is None:
             return None
-        # vLLM engines start on the checkpoint: its names (HF generate on the trained class).
-        rename = self._engine_names() if self.config.rollout.name == "vllm" else None
+        # Engines started on the checkpoint read its names (HF generate: the trained class's).
+        rename = self._engine_names() if engine_spec(self.config.rollout.name).checkpoint_names else None
         if rename is not None:
             pairs = [(rename(name), tensor) for name, tensor in pairs]
         import ray
@@ -327,19 +328,10 @@ class ActorRolloutRefWorker(ProfiledWorker, Worker):
         self._require(self.rollout, "generate_sequences", "rollout")
         # A TP group's engine generates every member's prompts; each member returns its own samples.
         prompts = share_prompts(prompts, self.rollout_tp)
-        if not self.weight_sync.synced:
-            raise RuntimeError(
-                "generate_sequences: the rollout engine does not hold the actor's weights (none were sent since "
-                "the engine was built or a checkpoint was loaded); call update_rollout_weights first"
-            )
-        # After a validation pass the engine may be asleep: wake it (a no-op when awake).
-        self.rollout.wake_up()
         start = time.perf_counter()
-        output = self.rollout.generate_sequences(prompts)
-        seconds = time.perf_counter() - start
-        if self.config.rollout.free_cache_engine:
-            self.rollout.sleep()
-        output.meta_info.setdefault("timing", {})["generate"] = seconds
+        # The engine's memory is taken for the call and released after it (workers/colocation.py).
+        output = self.colocated.generate(lambda: self.rollout.generate_sequences(prompts))
+        output.meta_info.setdefault("timing", {})["generate"] = time.perf_counter() - start
         return own_samples(output, self.rollout_tp)
 
     # ------------------------------------------------------------------ log-probs
@@ -411,8 +403,8 @@ class ActorRolloutRefWorker(ProfiledWorker, Worker):
         self._require(self.checkpointer, "load_checkpoint", "actor")
         with self._actor_on_device(optimizer=True):
             timing = self.checkpointer.load(local_path, list(self.config.actor.checkpoint.load_contents))
-        if self.weight_sync is not None:
-            self.weight_sync.synced = False  # the engine holds the weights the checkpoint replaced
+        if self.colocated is not None:
+            self.colocated.forget_weights()  # the engine holds the weights the checkpoint replaced
         return timing
 
     @register(dispatch_mode=Dispatch.RANK_ZERO)

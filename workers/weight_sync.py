@@ -22,6 +22,7 @@ node loads straight from that shared memory.
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -62,6 +63,39 @@ def iter_full_weights(
     yield from ((n, _gather(t, dtype)) for n, t in bucket)
     if tie_word_embeddings and "lm_head.weight" not in state and "model.embed_tokens.weight" in state:
         yield "lm_head.weight", _gather(state["model.embed_tokens.weight"], dtype)
+
+
+_NUMBERED_MODULE = re.compile(r"^(.*?\.\d+)\.")
+
+
+def layer_of(name: str) -> str:
+    """The module a weight is loaded with: its name up to its first numbered component
+    (`model.layers.3`, `visual.blocks.0`), else its parent module (`model.embed_tokens`)."""
+    numbered = _NUMBERED_MODULE.match(name)
+    return numbered.group(1) if numbered else name.rpartition(".")[0]
+
+
+def layer_buckets(
+    pairs: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int
+) -> Iterator[list[tuple[str, torch.Tensor]]]:
+    """`pairs` in lists of about `bucket_bytes`, each ending only where a layer ends.
+
+    An engine in other processes loads each list as one in-place reload, and vLLM's reload
+    processes a layer once all of its weights arrived in that reload (it fuses q/k/v and
+    gate/up, and the CPU backend repacks the fused weight): a layer split over two lists would
+    be processed half loaded. So a list closes only between layers, however large one layer is."""
+    bucket: list[tuple[str, torch.Tensor]] = []
+    size, last = 0, None
+    for name, tensor in pairs:
+        layer = layer_of(name)
+        if bucket and size >= bucket_bytes and layer != last:
+            yield bucket
+            bucket, size = [], 0
+        bucket.append((name, tensor))
+        size += tensor.numel() * tensor.element_size()
+        last = layer
+    if bucket:
+        yield bucket
 
 
 class EngineWeightSync:

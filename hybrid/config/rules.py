@@ -22,6 +22,7 @@ from protocol.config_schema import INVALID, Problems, fmt, section_names, valid
 from reward.config import OVERLONG, OVERLONG_KEYS, OVERLONG_VERL
 from workers.config import ActorRolloutRefConfig
 from workers.losses import KL_PENALTY_KINDS, policy_loss_spec
+from workers.rollout.engine import engines_with
 
 ARR = "actor_rollout_ref"
 # `full` needs log-probs over the whole vocabulary; the workers keep only the sampled
@@ -169,10 +170,11 @@ def _check_lengths(config: HybridConfig, problems: Problems) -> None:
     max_model_len = rollout.max_model_len
     if rollout.max_model_len_caps_response is True and valid(prompt, max_model_len):
         # vLLM stops a sequence at max_model_len (ROLL's engine runs so); a prompt must leave room for a token
-        if rollout.name != "vllm":
+        if rollout.name not in engines_with(stops_at_max_model_len=True):
             problems.add(
-                f"{ARR}.rollout.max_model_len_caps_response=true needs {ARR}.rollout.name=vllm (the engine that "
-                f"stops a sequence at max_model_len), not {fmt(rollout.name)}"
+                f"{ARR}.rollout.max_model_len_caps_response=true needs {ARR}.rollout.name="
+                f"{'/'.join(engines_with(stops_at_max_model_len=True))} (the engine that stops a sequence at "
+                f"max_model_len), not {fmt(rollout.name)}"
             )
         elif max_model_len is None or prompt >= max_model_len:
             problems.add(
@@ -192,7 +194,10 @@ def _check_rollout_world(config: HybridConfig, world: int | None, world_desc: st
     tp, train_batch, n = rollout.tensor_model_parallel_size, config.data.train_batch_size, rollout.n
     if world is None:
         return
-    if valid(tp) and world % tp != 0:
+    # The fused worker's engines are shards over its ranks; engines in actors of their own (or
+    # behind servers) have their devices checked against rollout.* (rules_async.py).
+    fused = config.actor_rollout_ref.hybrid_engine is True and not (valid(rollout.remote) and rollout.remote.enabled)
+    if valid(tp) and fused and world % tp != 0:
         problems.add(f"{ARR}.rollout.tensor_model_parallel_size={tp} does not divide {world_desc}")
     if valid(train_batch, n) and (train_batch * n) % world != 0:
         problems.add(

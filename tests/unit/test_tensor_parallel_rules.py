@@ -103,9 +103,10 @@ def test_preflight_refuses_a_model_tp_cannot_split(tmp_path):
 
 
 def test_an_engine_outside_a_worker_group_is_whole():
-    """No process group (an engine actor, hybrid.serve): vLLM's own executor, as before."""
+    """No process group (an engine actor, hybrid.serve): the whole engine, its shards vLLM's own
+    worker processes (inside a Ray actor vLLM would pick its Ray executor, which CPUs lack)."""
     assert engine_kwargs(1) == {"tensor_parallel_size": 1}
-    assert engine_kwargs(2) == {"tensor_parallel_size": 2}
+    assert engine_kwargs(2) == {"tensor_parallel_size": 2, "distributed_executor_backend": "mp"}
 
 
 def _samples(last: list[bool]) -> DataProto:

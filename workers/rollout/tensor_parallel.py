@@ -39,6 +39,7 @@ from workers.device import current_device, is_cuda_available
 from workers.ulysses import SequenceParallel, gather_group_rows, sequence_parallel_group
 
 TP_KEY = "actor_rollout_ref.rollout.tensor_model_parallel_size"
+WORKER_PROCESSES = "mp"  # vLLM's executor for an engine whose shards are its own worker processes
 EXECUTOR = "external_launcher"  # vLLM's executor for one engine shard per launched process
 SHM_DIR = "/dev/shm"  # where vLLM's CPU build keeps its TP channels
 STEP_WISE_LAST = "step_wise_last"  # workers/rollout/step_wise.py: a trajectory's last sample
@@ -97,8 +98,12 @@ def engine_kwargs(size: int) -> dict:
     """vLLM's `LLM(...)` arguments: in a worker group's rank, one shard of a `size`-way engine
     over the group's ranks; in a process without a process group (an engine actor of
     asynchronous training, `hybrid.serve`), the whole engine, on vLLM's own executor."""
-    if size == 1 or not dist.is_initialized():
-        return {"tensor_parallel_size": size}
+    if size == 1:
+        return {"tensor_parallel_size": 1}
+    if not dist.is_initialized():
+        # An engine actor: its shards are vLLM's worker processes (vLLM inside a Ray actor
+        # would pick its Ray executor, which the CPU platform lacks).
+        return {"tensor_parallel_size": size, "distributed_executor_backend": WORKER_PROCESSES}
     if dist.get_world_size() % size:
         raise RuntimeError(
             f"{TP_KEY}={size}: the engine's shards are ranks of this process's worker group, which has "
@@ -115,13 +120,25 @@ def launch_environment(size: int):
     if size == 1:
         yield
         return
-    saved = {key: os.environ.get(key) for key in ("RANK", "LOCAL_RANK")}
-    os.environ["RANK"] = str(dist.get_rank())
+    if not dist.is_initialized():
+        with _worker_process_environment(size):
+            yield
+        return
+    launch = {"RANK": str(dist.get_rank())}
     if is_cuda_available():
-        os.environ["LOCAL_RANK"] = str(current_device().index)
+        launch["LOCAL_RANK"] = str(current_device().index)
     else:
-        os.environ.setdefault("LOCAL_RANK", "0")
+        launch["LOCAL_RANK"] = os.environ.get("LOCAL_RANK", "0")
         _remove_stale_channels(size)
+    with _environment(launch):
+        yield
+
+
+@contextlib.contextmanager
+def _environment(values: dict[str, str]):
+    """`values` set in os.environ for the block, the previous values (or absence) restored after it."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
     try:
         yield
     finally:
@@ -130,6 +147,25 @@ def launch_environment(size: int):
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+@contextlib.contextmanager
+def _worker_process_environment(size: int):
+    """An engine actor's `size` shards are vLLM's worker processes, which read their threads from
+    the environment they start with. On CPU vLLM binds each worker to a NUMA node by default and
+    refuses more workers than nodes (a one-node machine has one); the workers run unbound instead,
+    splitting the actor's threads (OMP_NUM_THREADS, set to its cores by hybrid/engines.py)."""
+    if is_cuda_available():
+        yield
+        return
+    threads = int(os.environ.get("OMP_NUM_THREADS") or os.cpu_count() or 1)
+    with _environment(
+        {
+            "VLLM_CPU_OMP_THREADS_BIND": os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "nobind"),
+            "OMP_NUM_THREADS": str(max(threads // size, 1)),
+        }
+    ):
+        yield
 
 
 def _remove_stale_channels(size: int) -> None:

@@ -44,11 +44,13 @@ from workers.rollout.base import (
     repeat_greedy,
     sampling_settings,
 )
+from workers.rollout.engine import KV_CACHE, VLLM_ENGINE, WEIGHTS, replace_capabilities
 from workers.rollout.step_wise import loop_for_engine
-from workers.rollout.tensor_parallel import check_same_requests, engine_kwargs, launch_environment
+from workers.rollout.tensor_parallel import WORKER_PROCESSES, check_same_requests, engine_kwargs, launch_environment
 from workers.rollout.vllm_params import vllm_sampling_params
 from workers.vision import collapse_image_tokens, is_vision_model
 from workers.vision_messages import vision_processor_of
+from workers.weight_sync import layer_buckets
 
 if TYPE_CHECKING:  # annotations only: the config package imports worker modules
     from workers.config import ModelConfig, RolloutConfig
@@ -87,6 +89,41 @@ def vision_engine_check(model_config, model_hf_config) -> int | None:
     return int(model_hf_config.image_token_id)
 
 
+def vllm_engine_kwargs(model_config: ModelConfig, config: RolloutConfig) -> dict:
+    """The arguments of `vllm.LLM(...)` for the rollout section `config` (tests bind them to the
+    installed vLLM's signature)."""
+    max_model_len = int(engine_max_model_len(config))
+    kwargs = dict(
+        model=model_config.path,
+        # vLLM detokenizes only to find stop strings; it must read text as the trainer does.
+        tokenizer=model_config.tokenizer_path or model_config.path,
+        trust_remote_code=bool(model_config.trust_remote_code),
+        dtype=resolve_dtype_name(str(config.dtype)),
+        enforce_eager=bool(config.enforce_eager),
+        load_format=engine_load_format(config.load_format),
+        max_model_len=max_model_len,
+        max_num_seqs=int(config.max_num_seqs),
+        max_num_batched_tokens=max(int(config.max_num_batched_tokens), max_model_len),
+        enable_chunked_prefill=bool(config.enable_chunked_prefill),
+        # One shard per rank of a TP group (workers/rollout/tensor_parallel.py), or the whole engine.
+        **engine_kwargs(int(config.tensor_model_parallel_size)),
+        seed=int(config.seed),
+        # Log-probs after temperature, matching the actor's temperature-scaled log-probs. Set
+        # penalties, min_p or top-k/top-p also shape them, and the actor reproduces none of
+        # those: rollout_log_probs then differ from the actor's by design.
+        logprobs_mode="processed_logprobs",
+        # Single turn: nothing to reuse. Multi-turn: every turn sends the conversation so far
+        # again, and a cached prefix saves computing it anew; the weights do not change
+        # within a rollout and update_weights empties the cache, so no entry is stale.
+        enable_prefix_caching=bool(config.multi_turn.enable),
+        enable_sleep_mode=bool(config.free_cache_engine) and is_cuda_available(),
+    )
+    if is_cuda_available():
+        kwargs["gpu_memory_utilization"] = float(config.gpu_memory_utilization)
+    kwargs.update(plain(config.engine_kwargs.vllm or {}))
+    return kwargs
+
+
 class VLLMRollout:
     def __init__(self, model_config: ModelConfig, config: RolloutConfig, tokenizer, model_hf_config):
         """`model_config` is `actor_rollout_ref.model` (path, tokenizer_path,
@@ -112,67 +149,71 @@ class VLLMRollout:
         # the run before the engine takes its memory.
         self.multi_turn = loop_for_engine(self, None)
         self.agents = AgentRollout(self) if config.mode == "async" else None
-        kwargs = dict(
-            model=model_config.path,
-            # vLLM detokenizes only to find stop strings; it must read text as the trainer does.
-            tokenizer=model_config.tokenizer_path or model_config.path,
-            trust_remote_code=bool(model_config.trust_remote_code),
-            dtype=resolve_dtype_name(str(config.dtype)),
-            enforce_eager=bool(config.enforce_eager),
-            load_format=engine_load_format(config.load_format),
-            max_model_len=int(max_model_len),
-            max_num_seqs=int(config.max_num_seqs),
-            max_num_batched_tokens=max(int(config.max_num_batched_tokens), int(max_model_len)),
-            enable_chunked_prefill=bool(config.enable_chunked_prefill),
-            # One shard per rank of a TP group (workers/rollout/tensor_parallel.py), or the whole engine.
-            **engine_kwargs(int(config.tensor_model_parallel_size)),
-            seed=int(config.seed),
-            # Log-probs after temperature, matching the actor's temperature-scaled log-probs. Set
-            # penalties, min_p or top-k/top-p also shape them, and the actor reproduces none of
-            # those: rollout_log_probs then differ from the actor's by design.
-            logprobs_mode="processed_logprobs",
-            # Single turn: nothing to reuse. Multi-turn: every turn sends the conversation so far
-            # again, and a cached prefix saves computing it anew; the weights do not change
-            # within a rollout and update_weights empties the cache, so no entry is stale.
-            enable_prefix_caching=bool(config.multi_turn.enable),
-            enable_sleep_mode=bool(config.free_cache_engine) and is_cuda_available(),
-        )
-        if is_cuda_available():
-            kwargs["gpu_memory_utilization"] = float(config.gpu_memory_utilization)
-        kwargs.update(plain(config.engine_kwargs.vllm or {}))
+        kwargs = vllm_engine_kwargs(model_config, config)
         # torch's C++ notices at start (the CPU worker's NUMA binding) go to the engine log.
         with stderr_to_engine_log(log_path), launch_environment(int(config.tensor_model_parallel_size)):
             self.llm = LLM(**kwargs)
         self.engine_dtype = self.llm.llm_engine.model_config.dtype
-        self.sleeping = False
+        # The model lives in vLLM's worker processes (not this one): weights go in buckets.
+        self.shards_in_workers = kwargs.get("distributed_executor_backend") == WORKER_PROCESSES
+        # Sleep where the platform has vLLM's sleep mode and free_cache_engine asked for it.
+        sleeps = self.llm.llm_engine.vllm_config.model_config.enable_sleep_mode
+        self.capabilities = replace_capabilities(VLLM_ENGINE.capabilities(), sleeps)
+        self.asleep: set[str] = set()  # the memory tags released by the last sleep and not woken since
 
     # ------------------------------------------------------------------ weights
     def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Load (HF name, tensor) pairs into the engine's parameters in place.
+        """Load (HF name, tensor) pairs into the engine's parameters in place, then forget the
+        caches the old weights filled.
 
         `reload_weights` (not `model.load_weights`) because the CPU backend repacks linear
-        weights after loading; the iterator is consumed lazily, so the caller can gather
-        shards bucket by bucket while the engine loads.
+        weights after loading. When the model is in this process (one shard per process: TP 1,
+        or a worker group's external-launcher shard) the iterator is consumed lazily, so the
+        caller can gather shards bucket by bucket while the engine loads. When the engine's
+        shards are vLLM's own worker processes (a tensor-parallel engine actor) a generator
+        cannot travel there: the weights go in lists of `update_weights_bucket_megabytes`,
+        each a reload of whole layers (`layer_buckets`), each worker's loaders taking its shard
+        of the full tensors.
         """
+        if WEIGHTS in self.asleep:
+            raise RuntimeError(
+                "VLLMRollout.update_weights: the engine's weights are asleep; wake_up(('weights',)) first"
+            )
         dtype = self.engine_dtype
         named_tensors = iter(named_tensors)
         converted = ((name, t.to(dtype)) for name, t in named_tensors)
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": converted})
+        if self.shards_in_workers:
+            bucket_bytes = int(self.config.update_weights_bucket_megabytes) * 1024 * 1024
+            for bucket in layer_buckets(converted, bucket_bytes):
+                self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": bucket})
+        else:
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": converted})
         # Each item may be a collective gather: drain what the engine skipped so every
         # rank runs the same collectives.
         for _ in named_tensors:
             pass
+        self.reset_caches()
+
+    def reset_caches(self) -> None:
         self.llm.reset_prefix_cache()
 
-    def sleep(self) -> None:
-        if self.llm.llm_engine.vllm_config.model_config.enable_sleep_mode and not self.sleeping:
-            self.llm.sleep(level=1)
-            self.sleeping = True
+    def sleep(self, level: int) -> None:
+        """Release the engine's device memory (no-op where it cannot sleep: CPU, or
+        free_cache_engine=false). Level 1 keeps a host copy of the weights, level 2 drops them."""
+        if not self.capabilities.can_sleep:
+            return
+        if level not in self.capabilities.sleep_levels:
+            raise ValueError(f"vLLM sleep level {level}: the engine sleeps at {self.capabilities.sleep_levels}")
+        if not self.asleep:
+            self.llm.sleep(level=level)
+            self.asleep = {WEIGHTS, KV_CACHE}
 
-    def wake_up(self) -> None:
-        if self.sleeping:
-            self.llm.wake_up()
-            self.sleeping = False
+    def wake_up(self, tags: tuple[str, ...] | None = None) -> None:
+        """Take back the memory of `tags` ("weights", "kv_cache"; None: all) that is asleep."""
+        waking = sorted(self.asleep if tags is None else self.asleep & set(tags))
+        if waking:
+            self.llm.wake_up(tags=waking)
+            self.asleep -= set(waking)
 
     # ------------------------------------------------------------------ generation
     @torch.no_grad()
