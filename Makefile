@@ -37,8 +37,10 @@ lint: install
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
+# Two worker processes, each given whole test files (a file's module fixtures are built once);
+# most of a test's time is one process's Python or waiting on Ray and subprocesses.
 test: install lint
-	$(PY) -m pytest -q -ra --durations=40 tests
+	$(PY) -m pytest -q -ra --durations=40 -n 2 --dist loadfile tests
 
 test-fast: install lint
 	$(PY) -m pytest -q -ra -m "not slow" tests
