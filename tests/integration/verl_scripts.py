@@ -1,9 +1,10 @@
 """Override lists of twelve of verl's FSDP + vLLM example scripts (examples/ in verl's
 repository): the key names as the scripts write them, in their order, shell variables
 resolved to the scripts' own values, and sizes made small (batches, lengths, micro-batches,
-token budgets, tensor parallelism, LoRA rank, sequence parallelism 4 -> 2). `{model}`,
-`{train}`, `{val}`, `{out}` are filled in by the test; run control (steps, devices,
-loggers) is appended by the test."""
+token budgets, tensor parallelism -> 1 (see VERL_TP_SCRIPTS), LoRA rank, sequence parallelism
+4 -> 2). `{model}`, `{train}`, `{val}`, `{out}` are filled in by the test; run control (steps,
+devices, loggers) is appended by the test. VERL_TP_SCRIPTS: a script that keeps its
+tensor_model_parallel_size=2."""
 
 VERL_SCRIPTS = {
     "grpo_trainer_run_qwen2-7b_math": [
@@ -488,5 +489,50 @@ VERL_SCRIPTS = {
         "trainer.default_local_dir={out}",
         "trainer.resume_mode=auto",
         "trainer.log_val_generations=0",
+    ],
+}
+
+# verl's examples/grpo_trainer/run_qwen2-7b.sh with tensor parallelism kept as the script writes it
+# (tensor_model_parallel_size=2: one vLLM engine over two ranks, workers/rollout/tensor_parallel.py);
+# only the model, the data paths and the sizes changed (batches, lengths, micro-batches, n 5 -> 2,
+# trainer.n_gpus_per_node 8 -> 2); save/test frequencies and the wandb logger are run control, set
+# by the test. The twelve scripts above keep tensor_model_parallel_size=1: their steps train on one
+# in-process rank (TP=2 needs two Ray ranks, about twice a step's time each), and this one trains
+# the TP=2 path (tests/integration/test_verl_tp_script.py).
+VERL_TP_SCRIPTS = {
+    "grpo_trainer_run_qwen2-7b": [
+        "algorithm.adv_estimator=grpo",
+        "data.train_files={train}",
+        "data.val_files={val}",
+        "data.train_batch_size=4",
+        "data.max_prompt_length=64",
+        "data.max_response_length=8",
+        "data.filter_overlong_prompts=True",
+        "data.truncation=error",
+        "actor_rollout_ref.model.path={model}",
+        "actor_rollout_ref.actor.optim.lr=1e-6",
+        "actor_rollout_ref.model.use_remove_padding=True",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+        "actor_rollout_ref.actor.use_kl_loss=True",
+        "actor_rollout_ref.actor.kl_loss_coef=0.001",
+        "actor_rollout_ref.actor.kl_loss_type=low_var_kl",
+        "actor_rollout_ref.actor.entropy_coeff=0",
+        "actor_rollout_ref.model.enable_gradient_checkpointing=True",
+        "actor_rollout_ref.actor.fsdp_config.param_offload=False",
+        "actor_rollout_ref.actor.fsdp_config.optimizer_offload=False",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
+        "actor_rollout_ref.rollout.name=vllm",
+        "actor_rollout_ref.rollout.gpu_memory_utilization=0.6",
+        "actor_rollout_ref.rollout.n=2",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=2",
+        "actor_rollout_ref.ref.fsdp_config.param_offload=True",
+        "algorithm.use_kl_in_reward=False",
+        "trainer.critic_warmup=0",
+        "trainer.project_name=verl_grpo_example_gsm8k",
+        "trainer.experiment_name=qwen2_7b_function_rm",
+        "trainer.n_gpus_per_node=2",
+        "trainer.nnodes=1",
     ],
 }
