@@ -104,7 +104,7 @@ class RunStopped(HybridError):
         step: int | None = None,
         total: int | None = None,
         checkpoint: str | None = None,
-        save_freq: int | None = None,
+        save_on_stop: bool | None = None,
     ):
         self.signum = int(signum)
         self.exit_status = 128 + self.signum
@@ -117,8 +117,8 @@ class RunStopped(HybridError):
         where = f"after step {step}" + (f" of {total}" if total else "") if step else "before the first step"
         if checkpoint:
             saved = f"checkpoint: {checkpoint}; run the same command to resume from it (trainer.resume_mode=auto)"
-        elif save_freq is not None and save_freq <= 0:
-            saved = f"nothing saved: checkpointing is off (trainer.save_freq={save_freq}; set it > 0 to save on a stop)"
+        elif save_on_stop is False:
+            saved = "nothing saved: trainer.save_on_stop=false (set it true to save the finished step on a stop)"
         else:
             saved = "nothing to save"
         super().__init__(f"stopped by {name} {where}; {saved}")

@@ -26,9 +26,9 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 class StopSignals:
-    def __init__(self, defer: bool, save_freq: int | None = None):
+    def __init__(self, defer: bool, save_on_stop: bool | None = None):
         self.defer = defer
-        self.save_freq = save_freq
+        self.save_on_stop = save_on_stop
         self.signum: int | None = None
         self._previous: dict[int, object] = {}
 
@@ -56,15 +56,15 @@ class StopSignals:
         if self.requested:
             return  # a repeated SIGTERM changes nothing: the stop is on its way
         self.signum = signum
-        _say(_stopping_message(signum, self.save_freq))
+        _say(_stopping_message(signum, self.save_on_stop))
 
 
-def _stopping_message(signum: int, save_freq: int | None) -> str:
+def _stopping_message(signum: int, save_on_stop: bool | None) -> str:
     name = signal.Signals(signum).name
-    if save_freq is not None and save_freq > 0:
+    if save_on_stop:
         then = "save a checkpoint and exit"
     else:
-        then = "exit (checkpointing is off: trainer.save_freq <= 0)"
+        then = "exit without saving (trainer.save_on_stop=false)"
     again = "; press Ctrl-C again to exit at once" if signum == signal.SIGINT else ""
     return f"\nhybrid: {name} received: finishing the current step, then I will {then}{again}\n"
 

@@ -126,7 +126,7 @@ class SFTTrainer:
         start = self.checkpoints.resume(self.state, self.groups)
         self.tracker.continue_from(start)
         mark_training_started()
-        with StopSignals(defer=True, save_freq=cfg.save_freq) as self.stop:
+        with StopSignals(defer=True, save_on_stop=cfg.save_on_stop) as self.stop:
             return self._loop(start)
 
     def _loop(self, start: int) -> dict:
@@ -165,7 +165,7 @@ class SFTTrainer:
                 saved = self.checkpoints.save_on_stop(self.state, self.groups)
                 self.tracker.finish()
                 signum = self.stop.signum if self.stop.requested else signal.SIGTERM  # another rank's
-                raise RunStopped(signum, step, self.total_steps, saved, cfg.save_freq)
+                raise RunStopped(signum, step, self.total_steps, saved, cfg.save_on_stop)
         progress.close()
         self.tracker.finish()
         summary["steps"] = self.total_steps

@@ -300,7 +300,7 @@ class PPOTrainer:
     # ------------------------------------------------------------------ loop
     def fit(self) -> dict:
         """Train to the last step; SIGTERM or Ctrl-C ends the run at the next safe point."""
-        with StopSignals(defer=True, save_freq=self.config.trainer.save_freq) as self.stop:
+        with StopSignals(defer=True, save_on_stop=self.config.trainer.save_on_stop) as self.stop:
             return self._fit()
 
     def _stop_if_requested(self, progress) -> None:
@@ -318,7 +318,7 @@ class PPOTrainer:
             self.state.global_step,
             self.total_training_steps,
             checkpoint,
-            self.config.trainer.save_freq,
+            self.config.trainer.save_on_stop,
         )
 
     def _fit(self) -> dict:

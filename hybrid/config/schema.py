@@ -223,6 +223,7 @@ class TrainerConfig:
     worker_group: Annotated[str, OneOf(lambda: ("auto", "ray", "local"))]
     device: Device
     save_freq: int
+    save_on_stop: bool  # a stop (SIGTERM, Ctrl-C) saves the finished step whatever save_freq says
     test_freq: int
     val_before_train: bool
     val_only: bool

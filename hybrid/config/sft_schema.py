@@ -164,6 +164,7 @@ class SFTTrainerConfig:
     logger: Loggers
     seed: int
     save_freq: int
+    save_on_stop: bool
     test_freq: int
     nnodes: PositiveInt
     n_gpus_per_node: PositiveInt
@@ -242,6 +243,7 @@ class SFTConfig:
             resume_mode=t.resume_mode,
             resume_from_path=t.resume_from_path,
             save_freq=t.save_freq,
+            save_on_stop=t.save_on_stop,
             merge_on_finish=None,  # null: the last step is merged into a Hugging Face folder when saved
             max_actor_ckpt_to_keep=t.max_ckpt_to_keep,
             max_critic_ckpt_to_keep=None,

@@ -93,15 +93,23 @@ def _sigterm_in_checkpoint_write(monkeypatch, step: int) -> None:
     monkeypatch.setattr(workers.checkpoint, "after_model_shard", hook)
 
 
-def test_sigterm_in_rollout_checkpoint_write_and_update_resumes_exactly(tiny_model_dir, arithmetic_files, tmp_path):
+@pytest.fixture(scope="module")
+def reference(tiny_model_dir, arithmetic_files, tmp_path_factory) -> list[dict]:
+    """The four steps run uninterrupted (saving every 2 steps changes nothing they compute)."""
+    history, stopped = train_until_stopped(
+        run_config(tiny_model_dir, arithmetic_files, tmp_path_factory.mktemp("reference"), *STEPS)
+    )
+    assert stopped is None and [h["step"] for h in history] == [1, 2, 3, 4]
+    return history
+
+
+def test_sigterm_in_rollout_checkpoint_write_and_update_resumes_exactly(
+    tiny_model_dir, arithmetic_files, tmp_path, reference
+):
     """Four steps saving every 2, stopped three times and resumed each time: SIGTERM during
     step 1's rollout (saved at 1), during step 2's checkpoint write (that save completes),
     during step 3's actor update (saved at 3); the last run finishes step 4. Together they
     equal an uninterrupted run step for step."""
-    reference, stopped = train_until_stopped(
-        run_config(tiny_model_dir, arithmetic_files, tmp_path / "reference", *STEPS)
-    )
-    assert stopped is None and [h["step"] for h in reference] == [1, 2, 3, 4]
 
     root = tmp_path / "stopped"
     history = []
@@ -128,6 +136,34 @@ def test_sigterm_in_rollout_checkpoint_write_and_update_resumes_exactly(tiny_mod
     assert stopped is None and [h["step"] for h in last] == [4]
     for a, b in zip(reference, history + last, strict=True):
         assert_metrics_close(a, b)
+
+
+def test_a_stop_saves_even_with_checkpointing_off(tiny_model_dir, arithmetic_files, tmp_path, reference):
+    """verl's default trainer.save_freq=-1 (no checkpoints): a SIGTERM during step 2's update
+    still saves step 2 (trainer.save_on_stop, on by default), the message says how to resume,
+    and the resumed run's steps 3 and 4 equal the uninterrupted run's. With save_on_stop=false
+    the stop saves nothing and says so."""
+    off = ("trainer.total_training_steps=4", "trainer.save_freq=-1")
+    root = tmp_path / "stopped"
+    with pytest.MonkeyPatch.context() as mp:
+        _sigterm_on_call(mp, "update_actor", nth=2)
+        first, stopped = train_until_stopped(run_config(tiny_model_dir, arithmetic_files, root, *off))
+    checkpoint = root / "global_step_2"
+    assert stopped is not None and stopped.checkpoint == str(checkpoint)
+    assert "run the same command to resume from it" in str(stopped)
+    assert (checkpoint / "data.pt").is_file() and (root / "latest_checkpointed_iteration.txt").read_text() == "2"
+    rest, stopped = train_until_stopped(run_config(tiny_model_dir, arithmetic_files, root, *off))
+    assert stopped is None and [h["step"] for h in first + rest] == [1, 2, 3, 4]
+    for a, b in zip(reference, first + rest, strict=True):
+        assert_metrics_close(a, b)
+
+    with pytest.MonkeyPatch.context() as mp:
+        _sigterm_on_call(mp, "update_actor", nth=1)
+        _, stopped = train_until_stopped(
+            run_config(tiny_model_dir, arithmetic_files, tmp_path / "off", *off, "trainer.save_on_stop=false")
+        )
+    assert stopped.checkpoint is None and "nothing saved: trainer.save_on_stop=false" in str(stopped)
+    assert not (tmp_path / "off" / "global_step_1").exists()
 
 
 # A child process that runs the command line with step 2's rollout held for a while, so

@@ -420,8 +420,8 @@ def test_exit_status_by_phase_and_kind():
         "hybrid: stopped by SIGTERM after step 7 of 30; checkpoint: /c/global_step_7; run the same command to resume "
         "from it (trainer.resume_mode=auto)\n"
     )
-    off = errors.RunStopped(signal.SIGINT, step=3, total=30, save_freq=-1)
-    assert errors.exit_status(off) == 130 and "nothing saved: checkpointing is off (trainer.save_freq=-1" in str(off)
+    off = errors.RunStopped(signal.SIGINT, step=3, total=30, save_on_stop=False)
+    assert errors.exit_status(off) == 130 and "nothing saved: trainer.save_on_stop=false" in str(off)
     assert str(errors.RunStopped(signal.SIGTERM)) == "stopped by SIGTERM before training started; nothing to save"
     from hybrid.data import collate_fn
 
@@ -443,7 +443,7 @@ def test_signals_stop_at_once_while_loading_and_at_safe_points_while_training():
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(1)  # not reached: the handler raised
     assert err.value.exit_status == 143
-    with StopSignals(defer=True, save_freq=5) as stop:
+    with StopSignals(defer=True, save_on_stop=True) as stop:
         os.kill(os.getpid(), signal.SIGTERM)
         os.kill(os.getpid(), signal.SIGTERM)  # a repeat changes nothing
         assert stop.requested and stop.signum == signal.SIGTERM
