@@ -109,6 +109,36 @@ INTERPOLATED = {
 # weights fp32): hybrid's fsdp_config.mixed_precision of the same role.
 DTYPE_KEYS = {f"{role}.fsdp_config.dtype": f"{role}.fsdp_config.mixed_precision" for role in ROLES}
 _DTYPES = {"bfloat16": "bf16", "bf16": "bf16", "float32": "fp32", "fp32": "fp32"}
+# verl's fsdp_config.mixed_precision is a dict (param_dtype, reduce_dtype, buffer_dtype), written
+# whole or key by key; hybrid's is the compute dtype (param_dtype), with gradients reduced and
+# buffers kept in fp32, verl's defaults for the other two.
+PRECISION_KEYS = {f"{role}.fsdp_config.mixed_precision": role for role in ROLES}
+_PRECISION_PARTS = ("param_dtype", "reduce_dtype", "buffer_dtype")
+_FP32_ONLY = {
+    "reduce_dtype": "hybrid reduces gradients in fp32 (FSDP2's MixedPrecisionPolicy reduce_dtype)",
+    "buffer_dtype": "hybrid keeps buffers (rotary caches, norms' running values) in fp32",
+}
+
+
+def precision_override(key: str, value: Any) -> tuple[str | None, str | None]:
+    """verl's mixed_precision given as a dict (`key` the section's mixed_precision) or one of its
+    keys (`key` ending in .param_dtype/.reduce_dtype/.buffer_dtype): (hybrid's override or None
+    when nothing changes, a problem or None)."""
+    section, _, part = key.rpartition(".")
+    parts = value if part == "mixed_precision" else {part: value}
+    target = key if part == "mixed_precision" else section
+    if not isinstance(parts, dict) or not set(parts) <= set(_PRECISION_PARTS):
+        return None, f"{key}={value}: verl's mixed_precision takes {', '.join(_PRECISION_PARTS)}"
+    names = {name: str(dtype).removeprefix("torch.") for name, dtype in parts.items() if dtype is not None}
+    for name, why in _FP32_ONLY.items():
+        if name in names and _DTYPES.get(names[name]) != "fp32":
+            return None, f"{target}.{name}={names[name]}: {why}"
+    if "param_dtype" not in names:
+        return None, None
+    if names["param_dtype"] not in _DTYPES:
+        return None, f"{target}.param_dtype={names['param_dtype']}: hybrid computes in bfloat16 or float32"
+    return f"{target}={_DTYPES[names['param_dtype']]}", None
+
 
 # ------------------------------------------------------------------ accepted at some values only
 _FP32 = (
@@ -352,6 +382,17 @@ def _value(text: str) -> Any:
         return text
 
 
+def _hydra_value(raw: str) -> Any:
+    """An override's value as Hydra reads it (`{a:b}` is a dict there, not in YAML)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    try:
+        return OverridesParser.create().parse_override(raw).value()
+    except OverrideParseException:  # Hydra says what is wrong with it when it applies the override
+        return _value(_split(raw)[2])
+
+
 def _split(raw: str) -> tuple[str, str, str]:
     prefix = re.match(r"^(\+\+|\+|~)?", raw).group(0)
     key, _, value = raw[len(prefix) :].partition("=")
@@ -380,6 +421,16 @@ def rewrite_overrides(overrides: Sequence[str], known: Collection[str]) -> tuple
     given: dict[str, tuple[Any, str]] = {}  # keys given under their own name
     for raw in overrides:
         prefix, key, text = _split(raw)
+        precision_key = key if key in PRECISION_KEYS else key.rpartition(".")[0]
+        if precision_key in PRECISION_KEYS and prefix != "~":
+            value = _hydra_value(raw)
+            if key != precision_key or isinstance(value, dict):
+                translated, problem = precision_override(key, value)
+                problems += [problem] if problem else []
+                if translated is not None:
+                    result.append(translated)
+                    renamed.setdefault(precision_key, []).append((translated.partition("=")[2], raw))
+                continue
         if key in known:
             result.append(raw)
             if prefix != "~":

@@ -109,3 +109,33 @@ def test_the_reward_engines_sleep_switch_is_named_as_having_no_effect(capsys):
     assert "no sleep mode" in line
     rollout = build_config(["reward_model.rollout.free_cache_engine=false"]).reward_model.rollout
     assert not hasattr(rollout, "free_cache_engine")
+
+
+def test_verls_mixed_precision_dict_is_read_with_its_meanings():
+    """verl's fsdp_config.mixed_precision is a dict (param_dtype, reduce_dtype, buffer_dtype), written
+    whole or key by key: param_dtype is hybrid's compute dtype; fp32 reductions and buffers (verl's
+    defaults) are hybrid's own; anything else is refused in one line naming the key."""
+    mp = f"{ARR}.actor.fsdp_config.mixed_precision"
+    keyed = build_config([f"{mp}.param_dtype=bf16", f"{mp}.reduce_dtype=fp32", f"{mp}.buffer_dtype=float32"])
+    assert keyed.actor_rollout_ref.actor.fsdp_config.mixed_precision == "bf16"
+    whole = build_config([f"{ARR}.ref.fsdp_config.mixed_precision={{param_dtype:float32,reduce_dtype:float32}}"])
+    assert whole.actor_rollout_ref.ref.fsdp_config.mixed_precision == "fp32"
+    # Only the fp32 reductions given: the compute dtype stays hybrid's default.
+    default = build_config([]).critic.model.fsdp_config.mixed_precision
+    assert (
+        build_config(
+            ["critic.model.fsdp_config.mixed_precision.reduce_dtype=fp32"]
+        ).critic.model.fsdp_config.mixed_precision
+        == default
+    )
+    refused = {
+        f"{mp}.reduce_dtype=bf16": f"{mp}.reduce_dtype=bf16: hybrid reduces gradients in fp32",
+        f"{mp}={{param_dtype:fp16}}": f"{mp}.param_dtype=fp16: hybrid computes in bfloat16 or float32",
+        f"{mp}.cast_forward_inputs=true": f"{mp}.cast_forward_inputs=True: verl's mixed_precision takes param_dtype",
+    }
+    for override, message in refused.items():
+        with pytest.raises(ConfigError) as err:
+            build_config([override])
+        assert str(err.value).startswith(message), str(err.value)
+    with pytest.raises(ConfigError, match="give one of them"):
+        build_config([f"{mp}.param_dtype=bf16", f"{mp}=fp32"])
