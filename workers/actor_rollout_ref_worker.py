@@ -412,10 +412,13 @@ class ActorRolloutRefWorker(ProfiledWorker, Worker):
         """Sum and sum of squares of every full actor parameter: a cheap fingerprint."""
         from torch.distributed.tensor import DTensor
 
+        from workers.device import for_collective
+
         total = sq = 0.0
         with self._actor_on_device():
             for _, p in self.actor_module.named_parameters():
-                t = p.full_tensor() if isinstance(p, DTensor) else p
+                # An offloaded shard goes to the device first: NCCL gathers device tensors only.
+                t = for_collective(p).full_tensor() if isinstance(p, DTensor) else p
                 t = t.detach().double()
                 total += float(t.sum())
                 sq += float(t.pow(2).sum())
