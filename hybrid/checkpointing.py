@@ -3,12 +3,14 @@ steps and at the last step, a save when the run is stopped, and the merged Huggi
 folder at the end (`trainer.merge_on_finish`; by default only when `save_freq` > 0, so
 `save_freq=-1` writes nothing, as in verl).
 
-A save writes every role's shards (each worker group's `save_checkpoint`) and the driver's
-`TrainerState` (hybrid/trainer_state.py) into `global_step_N.partial`, then renames it to
-`global_step_N` (hybrid/checkpoint_folders.py has the layout and the rules that make a folder
-complete); resume loads both back. A run stopped by SIGTERM or Ctrl-C saves its last
-finished step the same way (`save_on_stop`), so resuming from it is the same as resuming
-from a scheduled save.
+A save writes every role's shards (each worker group's `save_checkpoint`), the driver's
+`TrainerState` (hybrid/trainer_state.py) and, last, a manifest of every file's size and
+checksum into `global_step_N.partial`, then renames it to `global_step_N`
+(hybrid/checkpoint_folders.py has the layout, the rules that make a folder complete and the
+manifest check resume makes before trusting one); resume loads both back, from the newest
+folder that passes the check. A run stopped by SIGTERM or Ctrl-C saves its last finished
+step the same way (`save_on_stop`), so resuming from it is the same as resuming from a
+scheduled save.
 
 `trainer.hf_save_freq` (SkyRL's hf_save_interval) is a separate cadence: the actor alone as a
 Hugging Face folder in `<trainer.hf_export_dir>/global_step_N` (written under a temporary
@@ -31,6 +33,7 @@ from hybrid.checkpoint_folders import (
     resume_checkpoint,
     say,
     step_dir,
+    write_manifest,
     write_tracker,
 )
 from hybrid.trainer_state import TrainerState
@@ -133,6 +136,7 @@ class RunCheckpoints:
             self.last = (step, final)
             return time.perf_counter() - start
         torch.save(state.state_dict(), os.path.join(temp, DATA_FILE))
+        write_manifest(temp)  # last: a folder whose files match it was written whole
         publish(temp, final)
         write_tracker(self.root, step)
         self.last = (step, final)
@@ -145,11 +149,12 @@ class RunCheckpoints:
         return seconds
 
     def save_on_stop(self, state: TrainerState, groups: dict) -> str | None:
-        """The checkpoint of the last finished step for a run stopped by a signal: saved now
-        unless this run saved or resumed from that very step; None when checkpointing is off
-        (trainer.save_freq <= 0) or no step has run."""
+        """The checkpoint of the last finished step for a run stopped by a signal: saved now,
+        whatever trainer.save_freq says (a preempted job keeps its work), unless this run saved
+        or resumed from that very step; None with trainer.save_on_stop=false or before the first
+        step."""
         step = int(state.global_step)
-        if self.config.trainer.save_freq <= 0 or step <= 0:
+        if not self.config.trainer.save_on_stop or step <= 0:
             return None
         if self.last is not None and self.last[0] == step:
             return self.last[1]

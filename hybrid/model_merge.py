@@ -14,6 +14,12 @@ Mistakes in the arguments (a folder that is not a checkpoint, a partial or a ste
 instead of its actor folder, a missing reference) raise InputError naming what to change
 (the command line turns it into one line and exit status 2, hybrid/errors.py).
 
+Before reading a checkpoint (`merge`, and `test` on a checkpoint) the command checks the role
+folder's files against its step folder's manifest (`verify_against_manifest`, the check
+resume makes, hybrid/checkpoint_folders.py): a truncated, missing or corrupted file ends it in
+one line naming the folder and the file. `trainer.merge_on_finish` merges the folder it has
+just written and skips the check.
+
 `test` compares, tensor by tensor, the model in `--local_dir` (a checkpoint, merged in
 memory, or an already merged folder) with `--test_hf_dir`; it prints every difference
 and exits 1 when any tensor is missing, differs in shape, or differs by more than `--atol`.
@@ -29,7 +35,7 @@ from collections.abc import Iterator
 import torch
 from tqdm import tqdm
 
-from hybrid.checkpoint_folders import PARTIAL_SUFFIX, STEP_DIR, CheckpointError
+from hybrid.checkpoint_folders import PARTIAL_SUFFIX, STEP_DIR, CheckpointError, manifest_problem
 from hybrid.errors import InputError
 from workers.checkpoint import HF_DIR, META_FILE, HFShardWriter, parse_size, read_meta, set_config_dtype, shard_file
 from workers.lora import hf_name, is_adapter_key, merge_lora_weight
@@ -124,6 +130,19 @@ def check_checkpoint_folder(local_dir: str) -> None:
         f"--local_dir {local_dir} is not a checkpoint folder of this trainer ({META_FILE} is missing); "
         f"give trainer.default_local_dir/global_step_N/actor"
     )
+
+
+def verify_against_manifest(local_dir: str) -> None:
+    """Raise CheckpointError when `local_dir` (global_step_N/actor or /critic) does not match
+    its step folder's manifest; a folder outside a step folder, or one without a manifest (an
+    older checkpoint: a notice says so), is not checked."""
+    path = os.path.normpath(os.path.abspath(local_dir))
+    step_folder = os.path.dirname(path)
+    if not os.path.isfile(os.path.join(path, META_FILE)) or not STEP_DIR.match(os.path.basename(step_folder)):
+        return
+    problem = manifest_problem(step_folder, under=os.path.basename(path))
+    if problem:
+        raise CheckpointError(f"--local_dir {local_dir}: {step_folder} fails its check: {problem}")
 
 
 def merged_items(ckpt: ShardedCheckpoint) -> Iterator[tuple[str, torch.Tensor]]:

@@ -4,8 +4,9 @@
         --local_dir checkpoints/<project>/<experiment>/global_step_N/actor --target_dir <out>
     python -m scripts.model_merger test --backend fsdp --local_dir <ckpt actor or HF folder> --test_hf_dir <reference>
 
-The command line of hybrid/model_merge.py (which says what `merge` and `test` do). Mistakes in
-the arguments end in one `model_merger: ...` line and exit status 2, without a traceback
+The command line of hybrid/model_merge.py (which says what `merge` and `test` do); a checkpoint
+is checked against its manifest first. Mistakes in the arguments and damaged checkpoints end
+in one `model_merger: ...` line and exit status 2, without a traceback
 (hybrid/errors.py; HYBRID_DEBUG=1 shows it).
 """
 
@@ -16,7 +17,7 @@ import sys
 import time
 
 from hybrid.errors import exit_on_error
-from hybrid.model_merge import DTYPES, compare, merge
+from hybrid.model_merge import DTYPES, compare, merge, verify_against_manifest
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -49,6 +50,7 @@ def main(argv=None) -> int:
     """Run the command; raises on a mistake (`cli` turns that into a message and a status)."""
     args = parse_args(argv)
     start = time.perf_counter()
+    verify_against_manifest(args.local_dir)
     if args.operation == "merge":
         files = merge(
             args.local_dir, args.target_dir, args.max_shard_size, args.save_lora_adapter, args.dtype, args.hf_model_path
