@@ -5,11 +5,13 @@ right padded) and `attention_mask` (B, P+R), plus `data_source`, `reward_model`
 (`{"ground_truth": ...}`) and `extra_info` per sample, decodes each valid response and
 puts its score on the last valid response token of a (B, R) float32 tensor, as verl does.
 
-- naive: one call per sample, in this process.
+- naive: one call per sample, in this process, each within `reward_kwargs.timeout_s`; a
+  sample past it scores 0 and is counted (`reward/timeouts`), as in prime (reward/manager_base.py).
 - prime: calls in a process pool with a per-sample time limit; a sample that times out
   or crashes scores 0 and is counted (`reward/timeouts`, `reward/errors`), and a worker
   stuck where the limit cannot reach it is killed with its pool.
-- batch: one call with lists for the whole batch.
+- batch: one call with lists for the whole batch, within `timeout_s` per sample; past it
+  every sample of the batch scores 0 and is counted.
 - dapo: naive plus DAPO's overlong-response penalty.
 
 A score is a number or a dict with a "score" number and other keys (returned per sample
@@ -18,11 +20,15 @@ in `reward_extra_info`). Anything else, NaN or inf, fails loudly with the sample
 
 from __future__ import annotations
 
+import time
+
 from .manager_base import (  # noqa: F401  (re-exported: callers import them from here)
     MANAGER_KWARGS,
     RewardFunctionError,
     RewardManagerBase,
     Sample,
+    SampleTimeout,
+    call_with_deadline,
     default_batch_compute_score,
 )
 from .prime_manager import PrimeRewardManager
@@ -91,14 +97,21 @@ class BatchRewardManager(RewardManagerBase):
         )
 
     def _score(self, samples):
-        try:
-            results = self.compute_score(
+        def call():
+            return self.compute_score(
                 data_sources=[s.data_source for s in samples],
                 solution_strs=[s.response_str for s in samples],
                 ground_truths=[s.ground_truth for s in samples],
                 extra_infos=[s.extra_info for s in samples],
                 **self.score_kwargs,
             )
+
+        start = time.perf_counter()
+        try:
+            results = call_with_deadline(call, self.call_timeout_s * max(len(samples), 1))
+        except SampleTimeout:
+            self._timed_out.extend((s, time.perf_counter() - start) for s in samples)
+            return [0.0] * len(samples)
         except Exception as e:
             raise RewardFunctionError(
                 f"batch reward function {describe_callable(self.compute_score)} raised on a batch of {len(samples)} "

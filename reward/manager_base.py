@@ -1,12 +1,23 @@
 """The reward managers' common part: how a score is checked, what a sample is, and the base class
 that decodes a batch and places each score on its last response token (reward/manager.py has the
-managers and their registry)."""
+managers and their registry).
+
+A call of the reward function on one sample (`_call_one`: the naive and dapo managers) has a
+deadline, `reward_model.reward_kwargs.timeout_s` (the key prime's pool uses): past it the sample
+scores 0 as prime's timed-out samples do, it is counted (`reward/timeouts`, per call of the
+manager, so per step) and one console line per call names each such sample (its index,
+data_source and extra_info.index) and how long it ran. In the main thread the limit is prime's
+SIGALRM (it interrupts Python code and sleeps); elsewhere (the reward loop scores in a thread)
+the call runs in a daemon thread that is abandoned at the deadline."""
 
 from __future__ import annotations
 
 import abc
 import math
 import numbers
+import signal
+import threading
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -25,8 +36,53 @@ MANAGER_KWARGS = frozenset(
 )
 
 
+# The per-sample deadline when a manager is built without `timeout_s` (prime's own default);
+# the trainer's yaml sets reward_model.reward_kwargs.timeout_s.
+DEFAULT_TIMEOUT_S = 300.0
+TIMEOUT_KEY = "reward_model.reward_kwargs.timeout_s"
+
+
 class RewardFunctionError(RuntimeError):
     """A reward function raised, or returned something that is not a usable score."""
+
+
+class SampleTimeout(BaseException):
+    """Raised when a sample runs past its limit (in prime's pool workers too). A BaseException
+    so a reward function's `except Exception` cannot catch it."""
+
+
+def on_alarm(signum, frame):
+    raise SampleTimeout()
+
+
+def call_with_deadline(fn, timeout_s: float):
+    """`fn()`, or SampleTimeout once it has run `timeout_s` seconds."""
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGALRM, on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, timeout_s)
+        try:
+            return fn()
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+    # Not the main thread (SIGALRM reaches only that one): run it in a daemon thread and
+    # abandon the thread at the deadline (a daemon thread never holds the process at exit).
+    box: dict = {}
+
+    def run():
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # handed to the caller below, re-raised there
+            box["error"] = e
+
+    worker = threading.Thread(target=run, name="reward-call", daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    if worker.is_alive():
+        raise SampleTimeout()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 @dataclass
@@ -64,6 +120,11 @@ class RewardManagerBase(abc.ABC):
         self.reward_fn_key = reward_fn_key
         self.score_kwargs = {k: v for k, v in reward_kwargs.items() if k not in MANAGER_KWARGS}
         self.last_metrics: dict[str, float] = {}
+        timeout_s = reward_kwargs.get("timeout_s", DEFAULT_TIMEOUT_S)
+        if timeout_s is None or not float(timeout_s) > 0:
+            raise ValueError(f"{TIMEOUT_KEY} must be a number of seconds > 0, got {timeout_s!r}")
+        self.call_timeout_s = float(timeout_s)
+        self._timed_out: list[tuple[Sample, float]] = []  # this call's samples past the deadline
 
     @classmethod
     def manager_kwargs(cls) -> frozenset:
@@ -120,7 +181,9 @@ class RewardManagerBase(abc.ABC):
     # ---- scoring -------------------------------------------------------------------------
 
     def _call_one(self, sample: Sample):
-        try:
+        """The reward function on one sample within the deadline; 0.0 (and counted) past it."""
+
+        def call():
             return self.compute_score(
                 data_source=sample.data_source,
                 solution_str=sample.response_str,
@@ -129,6 +192,13 @@ class RewardManagerBase(abc.ABC):
                 **sample.row_kwargs(),
                 **self.score_kwargs,
             )
+
+        start = time.perf_counter()
+        try:
+            return call_with_deadline(call, self.call_timeout_s)
+        except SampleTimeout:
+            self._timed_out.append((sample, time.perf_counter() - start))
+            return 0.0
         except Exception as e:
             raise RewardFunctionError(
                 f"reward function {describe_callable(self.compute_score)} raised on sample {sample.index} "
@@ -172,9 +242,30 @@ class RewardManagerBase(abc.ABC):
 
     # ---- the call ------------------------------------------------------------------------
 
+    def _report_timeouts(self) -> None:
+        """reward/timeouts for this call, and one line naming the samples that ran past the deadline."""
+        timed_out, self._timed_out = self._timed_out, []
+        if "reward/timeouts" in self.last_metrics:
+            return  # counted by the manager's own _score (prime's pool)
+        self.last_metrics = {**self.last_metrics, "reward/timeouts": float(len(timed_out))}
+        if not timed_out:
+            return
+        described = ", ".join(
+            f"sample {s.index} (data_source={s.data_source!r}{_dataset_index(s)}) after {seconds:.1f} s"
+            for s, seconds in timed_out
+        )
+        print(
+            f"[reward] {len(timed_out)} call(s) of {describe_callable(self.compute_score)} ran past "
+            f"{TIMEOUT_KEY}={self.call_timeout_s:g} s and score 0: {described}",
+            flush=True,
+        )
+
     def __call__(self, data, return_dict: bool = False):
         samples = self._samples(data)
+        self._timed_out = []
+        self.last_metrics = {k: v for k, v in self.last_metrics.items() if k != "reward/timeouts"}
         results = self._score(samples)
+        self._report_timeouts()
         responses = data.batch["responses"]
         reward_tensor = torch.zeros(responses.shape, dtype=torch.float32)
         extra: dict[str, list] = {}
@@ -204,3 +295,8 @@ class RewardManagerBase(abc.ABC):
                 "reward_metrics": dict(self.last_metrics),
             }
         return reward_tensor
+
+
+def _dataset_index(sample: Sample) -> str:
+    info = sample.extra_info
+    return f", extra_info.index={info['index']!r}" if isinstance(info, dict) and "index" in info else ""

@@ -14,7 +14,9 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
-from .manager_base import RewardManagerBase
+# The per-sample limit's exception and SIGALRM handler, shared with the other managers' deadline.
+from .manager_base import RewardManagerBase, SampleTimeout
+from .manager_base import on_alarm as _on_alarm
 from .user_code import describe_callable
 
 # ---- prime: a process pool with time limits ---------------------------------------------
@@ -23,11 +25,6 @@ _WORKER_FN: Callable | None = None
 _STARTUP_BARRIER = None
 # How long a new pool's processes may take to start (spawn re-imports the main module).
 STARTUP_TIMEOUT_S = 120.0
-
-
-class SampleTimeout(BaseException):
-    """Raised inside a pool worker when a sample runs past its limit. A BaseException so a
-    reward function's `except Exception` cannot catch it."""
 
 
 def _init_worker(fn_bytes: bytes, barrier) -> None:
@@ -41,10 +38,6 @@ def _worker_ready(timeout_s: float) -> int:
     # its processes have started; start-up time never counts against a sample's limit.
     _STARTUP_BARRIER.wait(timeout_s)
     return os.getpid()
-
-
-def _on_alarm(signum, frame):
-    raise SampleTimeout()
 
 
 def _score_in_worker(timeout_s: float, kwargs: dict):
