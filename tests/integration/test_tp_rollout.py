@@ -4,7 +4,9 @@ ranks through Ray as hybrid builds its groups (hybrid/roles.build_worker_groups)
 engine (`external_launcher`, gloo), each loaded with the full tensors gathered from FSDP. A
 tiny Llama with 4 heads and 2 key/value heads (head size 32), fp32, greedy: the samples of the
 TP=2 group equal those of two TP=1 engines (tokens exactly, the engine's log-probs within 1e-4),
-for prompts of different lengths that the worker group splits over the ranks.
+for prompts of different lengths that the worker group splits over the ranks; and (slow tier) so
+do the samples of one greedy GRPO step with the lock-step multi-turn loop (arithmetic_retry:
+model turns with the environment's observations between them), run on every rank of the group.
 """
 
 from __future__ import annotations
@@ -103,4 +105,58 @@ def test_tp2_rollout_equals_tp1(ray_session, tp_model_dir, arithmetic_files, tmp
     assert len({tuple(r.tolist()) for r in one["responses"]}) == len(PROMPTS)
     assert torch.equal(one["responses"], two["responses"])
     gap = (one["log_probs"] - two["log_probs"]).abs().max().item()
+    assert gap <= LOG_PROB_TOL, gap
+
+
+MT = "actor_rollout_ref.rollout.multi_turn"
+
+
+def multi_turn_step(model_dir, files, out_dir, tp: int, monkeypatch):
+    """One greedy GRPO step with the lock-step multi-turn loop (arithmetic_retry: up to 3 model
+    turns with the environment's observations between them); the generated batch."""
+    from hybrid.rollouts import Rollouts
+    from tests.integration.checkpoint_helpers import train
+
+    generated = []
+    generate = Rollouts.generate
+
+    def recording(self, gen_batch):
+        out = generate(self, gen_batch)
+        generated.append(out)
+        return out
+
+    monkeypatch.setattr(Rollouts, "generate", recording)
+    cfg = run_config(
+        model_dir,
+        files,
+        out_dir,
+        "trainer.n_gpus_per_node=2",
+        "trainer.worker_group=ray",
+        "trainer.total_training_steps=1",
+        "actor_rollout_ref.rollout.name=vllm",
+        "actor_rollout_ref.rollout.do_sample=false",
+        f"{TP_KEY}={tp}",
+        "actor_rollout_ref.rollout.max_num_batched_tokens=256",
+        "data.max_response_length=64",
+        f"{MT}.enable=true",
+        f"{MT}.env_class=arithmetic_retry",
+        f"{MT}.max_assistant_turns=3",
+        f"{MT}.max_tokens_per_turn=6",
+    )
+    train(cfg)
+    (batch,) = generated
+    return batch
+
+
+@pytest.mark.slow
+def test_tp2_multi_turn_equals_tp1(ray_session, tp_model_dir, arithmetic_files, tmp_path, monkeypatch):
+    one = multi_turn_step(tp_model_dir, arithmetic_files, tmp_path / "tp1", 1, monkeypatch)
+    two = multi_turn_step(tp_model_dir, arithmetic_files, tmp_path / "tp2", 2, monkeypatch)
+    turns = [int(t) for t in one.non_tensor_batch["multi_turn_turns"]]
+    assert max(turns) > 1, turns  # the environment answered and the model took further turns
+    assert turns == [int(t) for t in two.non_tensor_batch["multi_turn_turns"]]
+    for key in ("responses", "response_mask"):
+        assert torch.equal(one.batch[key], two.batch[key]), key
+    mask = one.batch["response_mask"].bool()
+    gap = (one.batch["rollout_log_probs"] - two.batch["rollout_log_probs"])[mask].abs().max().item()
     assert gap <= LOG_PROB_TOL, gap
