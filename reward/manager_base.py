@@ -57,7 +57,9 @@ def on_alarm(signum, frame):
 
 def call_with_deadline(fn, timeout_s: float):
     """`fn()`, or SampleTimeout once it has run `timeout_s` seconds."""
-    if threading.current_thread() is threading.main_thread():
+    # SIGALRM only in the main thread, and only when no one else's ITIMER_REAL is armed there
+    # (a caller's own alarm is left to fire as its owner set it).
+    if threading.current_thread() is threading.main_thread() and signal.getitimer(signal.ITIMER_REAL)[0] == 0:
         previous = signal.signal(signal.SIGALRM, on_alarm)
         signal.setitimer(signal.ITIMER_REAL, timeout_s)
         try:
@@ -65,8 +67,9 @@ def call_with_deadline(fn, timeout_s: float):
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
-    # Not the main thread (SIGALRM reaches only that one): run it in a daemon thread and
-    # abandon the thread at the deadline (a daemon thread never holds the process at exit).
+    # Not the main thread (SIGALRM reaches only that one) or its timer taken: run it in a
+    # daemon thread and abandon the thread at the deadline (a daemon thread never holds the
+    # process at exit).
     box: dict = {}
 
     def run():
