@@ -1,6 +1,6 @@
 """Weight sync cost: hybrid's bucketed in-memory sync against the engine's own reload.
 
-    python -m scripts.bench_weight_sync [--repeats 5] [--prompts 8] [--n 4] [--tokens 64]
+    python -m scripts.bench_weight_sync [--repeats 5] [--prompts 8] [--n 4] [--tokens 64] [--tp 2]
 
 In one process, the fused worker of the default job (SmolLM2-135M, default dtypes) is
 built, then timed:
@@ -15,6 +15,13 @@ built, then timed:
 
 The table prints the best of `--repeats` for each and the ratios sync / reload (goal
 <= 1.5) and sync / step.
+
+With `--tp 2` (the default; `--tp 1` skips it) a second table compares a tensor-parallel
+rollout with one engine per rank (workers/rollout/tensor_parallel.py) on two ranks through
+Ray: a tiny Llama that TP=2 can split (4 layers, hidden 256, 4 heads, 2 key/value heads, the
+default tokenizer, fp32) is pushed `--repeats` times (the slower rank's seconds) and generates
+the rollout, at TP=1 and at TP=2; the JSON report carries `ratio_tp2_push_vs_tp1` (and
+`ratio_tp2_generate_vs_tp1`) at its top level.
 """
 
 from __future__ import annotations
@@ -68,12 +75,100 @@ def _reload_times(worker, repeats: int) -> tuple[list[float], int]:
     return times, num_bytes
 
 
+def _tiny_tp_model(tokenizer, out_dir: str) -> str:
+    """A random Llama whose heads and key/value heads split over 2 (and 4) shards."""
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=256,
+        intermediate_size=512,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir
+
+
+def _tp_case(model_dir: str, tp: int, overrides: list[str], repeats: int) -> dict:
+    """Seconds of the weight push (slower rank) and of one rollout on two Ray ranks at `tp`."""
+    from hybrid.config import build_config
+    from hybrid.defaults import resolve_default_assets
+    from hybrid.roles import build_worker_groups
+    from hybrid.run import build_dataloaders
+    from protocol import DataProto
+    from workers.model_loading import load_tokenizer
+
+    config = resolve_default_assets(
+        build_config(
+            [
+                *overrides,
+                f"actor_rollout_ref.model.path={model_dir}",
+                f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp}",
+                "actor_rollout_ref.rollout.dtype=float32",
+                "actor_rollout_ref.actor.fsdp_config.mixed_precision=fp32",
+                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+                "trainer.n_gpus_per_node=2",
+                "trainer.worker_group=ray",
+            ]
+        )
+    )
+    train_dl, _ = build_dataloaders(config, load_tokenizer(model_dir, False))
+    batch = DataProto.from_single_dict(next(iter(train_dl)))
+    prompts = batch.select(batch_keys=["input_ids", "attention_mask", "position_ids"])
+    groups = build_worker_groups(config)
+    try:
+        group = groups["actor_rollout"]
+        group.init_model()
+        pushes = [max(group.update_rollout_weights()) for _ in range(repeats)]
+        generate = []
+        for _ in range(2):
+            start = time.perf_counter()
+            group.generate_sequences(prompts)
+            generate.append(time.perf_counter() - start)
+    finally:
+        groups["actor_rollout"].shutdown()
+        groups["pool"].remove()
+    return {"tp": tp, "push_s": min(pushes), "generate_s": min(generate), "push_times_s": pushes}
+
+
+def _tp_comparison(args, overrides: list[str]) -> dict:
+    import tempfile
+
+    from hybrid.defaults import default_model_path
+    from workers.model_loading import load_tokenizer
+
+    with tempfile.TemporaryDirectory(prefix="bench_tp_") as tmp:
+        model_dir = _tiny_tp_model(load_tokenizer(default_model_path(), False), tmp)
+        cases = [_tp_case(model_dir, tp, overrides, args.repeats) for tp in (1, args.tp)]
+    one, many = cases
+    print("\ntensor-parallel rollout on 2 ranks (tiny Llama, 4 layers, hidden 256, 4/2 heads, fp32)")
+    print(f"{'what':<34} {'TP=1 s':>8} {f'TP={args.tp} s':>8} {'ratio':>6}")
+    for key, name in (("push_s", "weight push (slower rank)"), ("generate_s", "generate")):
+        print(f"{name:<34} {one[key]:>8.3f} {many[key]:>8.3f} {many[key] / one[key]:>6.2f}")
+    return {
+        "cases": cases,
+        f"ratio_tp{args.tp}_push_vs_tp1": many["push_s"] / one["push_s"],
+        f"ratio_tp{args.tp}_generate_vs_tp1": many["generate_s"] / one["generate_s"],
+    }
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m scripts.bench_weight_sync", description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--n", type=int, default=4)
     parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--tp", type=int, default=2, help="tensor-parallel size to compare with 1 (1: skip)")
     add_json_argument(parser, "bench_weight_sync")
     args = parser.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
@@ -84,18 +179,16 @@ def main(argv=None) -> int:
     from hybrid.run import build_dataloaders
     from workers.model_loading import load_tokenizer
 
-    config = resolve_default_assets(
-        build_config(
-            [
-                f"actor_rollout_ref.rollout.n={args.n}",
-                f"data.max_response_length={args.tokens}",
-                f"data.train_batch_size={args.prompts}",
-                f"actor_rollout_ref.actor.ppo_mini_batch_size={args.prompts}",
-                "actor_rollout_ref.rollout.free_cache_engine=false",
-                "trainer.worker_group=local",
-            ]
-        )
-    )
+    sizes = [
+        f"actor_rollout_ref.rollout.n={args.n}",
+        f"data.max_response_length={args.tokens}",
+        f"data.train_batch_size={args.prompts}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={args.prompts}",
+        "actor_rollout_ref.rollout.free_cache_engine=false",
+        # The step's phases time the old log-prob pass too (one mini-batch would skip it).
+        "actor_rollout_ref.actor.skip_old_log_prob_on_policy=false",
+    ]
+    config = resolve_default_assets(build_config([*sizes, "trainer.worker_group=local"]))
     model = config.actor_rollout_ref.model
     train_dl, _ = build_dataloaders(config, load_tokenizer(model.tokenizer, model.trust_remote_code))
     group = build_worker_groups(config)["actor_rollout"]
@@ -138,6 +231,10 @@ def main(argv=None) -> int:
         "sync_times_s": sync_times,
         "reload_times_s": reload_times,
     }
+    if args.tp > 1:
+        tp = _tp_comparison(args, sizes)
+        doc["tensor_parallel"] = tp.pop("cases")
+        doc.update(tp)
     write_report("bench_weight_sync", doc, args.json)
     return 0
 
