@@ -101,7 +101,9 @@ class SignatureCheckingLLM:
         return call
 
 
-def _engine_with_sleep():
+def _engine_with_sleep(shards_in_workers: bool = False):
+    from types import SimpleNamespace
+
     from workers.rollout.engine import VLLM_ENGINE
     from workers.rollout.vllm_rollout import VLLMRollout
 
@@ -110,6 +112,8 @@ def _engine_with_sleep():
     engine.engine_dtype = torch.bfloat16
     engine.capabilities = dataclasses.replace(VLLM_ENGINE.capabilities(), sleep_levels=(1, 2))
     engine.asleep = set()
+    engine.shards_in_workers = shards_in_workers
+    engine.config = SimpleNamespace(update_weights_bucket_megabytes=1)
     return engine
 
 
@@ -135,6 +139,18 @@ def test_the_engine_sequence_reaches_vllm_as_its_api_names_it():
     _bind(Worker.wake_up, tags=calls[1][1]["tags"])
     with pytest.raises(ValueError, match="sleep level 3"):
         engine.sleep(3)
+
+
+def test_an_engine_with_worker_processes_gets_lists_of_whole_layers():
+    """A tensor-parallel engine actor's shards are vLLM's worker processes: each bucket is one
+    reload_weights call with a list (a generator cannot be pickled to them), bound the same way."""
+    engine = _engine_with_sleep(shards_in_workers=True)
+    weights = [(f"model.layers.{i}.mlp.up_proj.weight", torch.ones(512, 512)) for i in range(3)]
+    engine.update_weights(weights)  # 1 MiB buckets; each layer's weight is 0.5 MiB in bf16
+    reloads = [args for name, args in engine.llm.calls if name == "collective_rpc"]
+    assert [len(args["kwargs"]["weights_iterator"]) for args in reloads] == [2, 1]
+    assert all(isinstance(args["kwargs"]["weights_iterator"], list) for args in reloads)
+    assert [name for name, _ in engine.llm.calls][-1] == "reset_prefix_cache"
 
 
 def test_the_generation_and_engine_loop_calls_bind():
