@@ -68,10 +68,10 @@ def head_problem(size: int, heads: int | None, kv_heads: int | None, where: str)
 def heads_of(model_config: dict) -> tuple[int | None, int | None]:
     """(attention heads, key/value heads) of a config.json as a dict; a vision-language model's
     from its language model's `text_config`."""
-    text = model_config.get("text_config") or {}
-    heads = model_config.get("num_attention_heads", text.get("num_attention_heads"))
-    kv_heads = model_config.get("num_key_value_heads", text.get("num_key_value_heads"))
-    return heads, kv_heads
+    for section in (model_config, model_config.get("text_config") or {}):
+        if "num_attention_heads" in section:
+            return section["num_attention_heads"], section.get("num_key_value_heads")
+    return None, None
 
 
 def check_engine_heads(hf_config, size: int) -> None:
