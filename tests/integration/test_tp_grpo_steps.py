@@ -36,20 +36,6 @@ WEIGHT_TOL = 1e-6
 
 
 @pytest.fixture(scope="module")
-def tp_model_dir(tmp_path_factory, tokenizer) -> str:
-    from tests.conftest import build_tiny_model_dir
-
-    return build_tiny_model_dir(
-        tmp_path_factory.mktemp("tiny_tp"),
-        tokenizer,
-        hidden_size=128,
-        intermediate_size=256,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-    )
-
-
-@pytest.fixture(scope="module")
 def arithmetic_files(tmp_path_factory):
     from hybrid.arithmetic_task import write_arithmetic_parquet
 
