@@ -115,7 +115,13 @@ class RewardManagerBase(abc.ABC):
     the scoring function is called (`_score`)."""
 
     def __init__(
-        self, tokenizer, num_examine: int, compute_score=None, reward_fn_key: str = "data_source", **reward_kwargs
+        self,
+        tokenizer,
+        num_examine: int,
+        compute_score=None,
+        reward_fn_key: str = "data_source",
+        timeout_s: float | None = DEFAULT_TIMEOUT_S,
+        **reward_kwargs,
     ):
         self.tokenizer = tokenizer
         self.num_examine = num_examine
@@ -123,7 +129,6 @@ class RewardManagerBase(abc.ABC):
         self.reward_fn_key = reward_fn_key
         self.score_kwargs = {k: v for k, v in reward_kwargs.items() if k not in MANAGER_KWARGS}
         self.last_metrics: dict[str, float] = {}
-        timeout_s = reward_kwargs.get("timeout_s", DEFAULT_TIMEOUT_S)
         if timeout_s is None or not float(timeout_s) > 0:
             raise ValueError(f"{TIMEOUT_KEY} must be a number of seconds > 0, got {timeout_s!r}")
         self.call_timeout_s = float(timeout_s)

@@ -77,7 +77,7 @@ class PrimeRewardManager(RewardManagerBase):
         hang_grace_s: float = 10.0,
         **reward_kwargs,
     ):
-        super().__init__(tokenizer, num_examine, compute_score, reward_fn_key, **reward_kwargs)
+        super().__init__(tokenizer, num_examine, compute_score, reward_fn_key, timeout_s, **reward_kwargs)
         if int(num_processes) < 1 or not float(timeout_s) > 0:
             raise ValueError(
                 f"prime reward manager needs num_processes >= 1 and timeout_s > 0, got {num_processes}, {timeout_s}"

@@ -102,9 +102,13 @@ def test_preflight_refuses_a_model_tp_cannot_split(tmp_path):
     assert found.problems == []
 
 
-def test_an_engine_outside_a_worker_group_is_whole():
+def test_an_engine_outside_a_worker_group_is_whole(monkeypatch):
     """No process group (an engine actor, hybrid.serve): the whole engine, its shards vLLM's own
-    worker processes (inside a Ray actor vLLM would pick its Ray executor, which CPUs lack)."""
+    worker processes (inside a Ray actor vLLM would pick its Ray executor, which CPUs lack). The
+    test process may hold a group an earlier test made: the engine actor's case is one without."""
+    import workers.rollout.tensor_parallel as tensor_parallel
+
+    monkeypatch.setattr(tensor_parallel.dist, "is_initialized", lambda: False)
     assert engine_kwargs(1) == {"tensor_parallel_size": 1}
     assert engine_kwargs(2) == {"tensor_parallel_size": 2, "distributed_executor_backend": "mp"}
 
