@@ -40,8 +40,7 @@ lint: install
 # Two worker processes, each given whole test files (a file's module fixtures are built once);
 # most of a test's time is one process's Python or waiting on Ray and subprocesses.
 test: install lint
-	$(PY) -m pytest -q -ra --durations=40 -n 2 --dist loadfile -m "not serial" tests
-	$(PY) -m pytest -q -ra -m serial tests
+	$(PY) -m pytest -q -ra --durations=40 tests
 
 test-fast: install lint
 	$(PY) -m pytest -q -ra -m "not slow" tests
